@@ -1,0 +1,90 @@
+"""Canonical parameters: PyTorch's `nn.LSTM`/`nn.GRU` `state_dict`, as NumPy arrays.
+
+Every implementation takes these and every converter starts from them.  Gate order is
+`i, f, g, o` (LSTM) and `r, z, n` (GRU) along the first axis of each weight and bias.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .spec import GATES, RNNSpec
+
+
+class ParamError(ValueError):
+    """Canonical parameters do not match a spec (missing, unexpected or mis-shaped)."""
+
+
+def check_params(spec: RNNSpec, params: Mapping) -> None:
+    """Raise `ParamError` listing every missing, unexpected or mis-shaped entry at once.
+
+    Works on anything with a `.shape` (NumPy, torch, jax arrays).
+    """
+    expected = spec.param_shapes()
+    problems = []
+    missing = [k for k in expected if k not in params]
+    unexpected = [k for k in params if k not in expected]
+    if missing:
+        problems.append(f"missing: {', '.join(missing)}")
+    if unexpected:
+        problems.append(f"unexpected: {', '.join(map(str, unexpected))}")
+    for name, shape in expected.items():
+        if name in params:
+            got = tuple(getattr(params[name], "shape", np.shape(params[name])))
+            if got != shape:
+                problems.append(f"{name} has shape {got}, expected {shape}")
+    if problems:
+        raise ParamError(f"parameters do not match {spec}: " + "; ".join(problems))
+
+
+def init_params(spec: RNNSpec, seed: int | np.random.Generator = 0, *, scheme: str = "pytorch",
+                dtype=np.float64) -> dict[str, np.ndarray]:
+    """Fresh canonical parameters.
+
+    scheme="pytorch": every entry U(-1/sqrt(H), 1/sqrt(H)), as `nn.LSTM.reset_parameters`.
+    scheme="orthogonal": the LSTM seed's recommendation: orthogonal recurrent weights per
+    gate block, Xavier-uniform input weights, zero biases except the LSTM forget gate's
+    `bias_ih` slice set to 1 (so b_ih + b_hh gives forget bias 1).
+    """
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    H = spec.hidden_size
+    params: dict[str, np.ndarray] = {}
+    if scheme == "pytorch":
+        k = 1.0 / np.sqrt(H)
+        for name, shape in spec.param_shapes().items():
+            params[name] = rng.uniform(-k, k, size=shape).astype(dtype)
+    elif scheme == "orthogonal":
+        for name, shape in spec.param_shapes().items():
+            if name.startswith("weight_hh") or name.startswith("weight_hr"):
+                blocks = spec.num_gates if name.startswith("weight_hh") else 1
+                rows = shape[0] // blocks
+                params[name] = np.concatenate(
+                    [_orthogonal(rng, (rows, shape[1])) for _ in range(blocks)]).astype(dtype)
+            elif name.startswith("weight_ih"):
+                rows = shape[0] // spec.num_gates
+                limit = np.sqrt(6.0 / (rows + shape[1]))
+                params[name] = rng.uniform(-limit, limit, size=shape).astype(dtype)
+            else:
+                b = np.zeros(shape, dtype=dtype)
+                if spec.cell == "lstm" and name.startswith("bias_ih"):
+                    f = GATES["lstm"].index("f")
+                    b[f * H:(f + 1) * H] = 1.0
+                params[name] = b
+    else:
+        raise ValueError(f"scheme must be 'pytorch' or 'orthogonal', got {scheme!r}")
+    return params
+
+
+def _orthogonal(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    rows, cols = shape
+    a = rng.standard_normal((max(rows, cols), min(rows, cols)))
+    q, r = np.linalg.qr(a)
+    q = q * np.sign(np.diag(r))  # make the decomposition unique (Mezzadri 2007)
+    return q if rows >= cols else q.T
+
+
+def split_gates(spec: RNNSpec, array: np.ndarray, axis: int = 0) -> dict[str, np.ndarray]:
+    """Split a fused weight/bias into its gate blocks, keyed by gate letter."""
+    return dict(zip(GATES[spec.cell], np.split(np.asarray(array), spec.num_gates, axis=axis)))
