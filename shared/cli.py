@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from . import registry
+
+COMMAND_MODULES = [
+    "shared.parity",  # rnnbench parity
+    "shared.study.cli",  # rnnbench compare, rnnbench ladder
+]
 
 
 def cmd_list(args) -> int:
@@ -23,6 +29,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list every registered implementation and whether it runs here")
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=cmd_list)
+    # Each command module owns its subcommands: it defines `register(subparsers)`, which
+    # adds parsers whose `func(args) -> int` runs them. Adding a command = one line here.
+    for module in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module and not module.startswith(e.name or "\0"):
+                raise
+            continue  # that command has not landed in this checkout
+        mod.register(sub)
     return parser
 
 
