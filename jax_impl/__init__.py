@@ -1,0 +1,64 @@
+"""LSTM and GRU in JAX / Flax with PyTorch's parameters and semantics.
+
+Functional core (pure, `jit`-able, differentiable in `x`, `hx` and `params`)::
+
+    output, (h_n, c_n) = jax_impl.lstm(params, x, (h0, c0), lengths=None, num_layers=1,
+                                       bidirectional=False, batch_first=False, proj_size=0,
+                                       impl="scan", unroll=8)
+    output, h_n = jax_impl.gru(params, x, h0, ...)
+
+`params` is the canonical dict (PyTorch `state_dict` names and shapes, NumPy or JAX
+arrays).  Shapes are PyTorch's: x (T, B, I) or (B, T, I) with `batch_first`, or an
+unbatched (T, I); h0 (L*D, B, H_out), c0 (L*D, B, H).  `lengths` (B,) gives PyTorch's
+packed-sequence semantics on a padded x.  The computation runs in x's dtype; params and
+states are cast to it.  Static arguments for `jax.jit`: `num_layers`, `bidirectional`,
+`batch_first`, `proj_size`, `impl` and the impl options.
+
+Impls (`IMPLS`, the ladder): `naive`, `scan`, `flax_linen`, `flax_nnx`, `cudnn`;
+`available_impls()` lists the ones that run here.  Flax NNX modules: `LSTM`, `GRU`.
+"""
+
+from __future__ import annotations
+
+from .driver import (IMPLS, ImplUnavailableError, UnknownImplError, UnsupportedConfigError, available_impls,
+                     run, unavailable_reason)
+
+__all__ = ["lstm", "gru", "IMPLS", "available_impls", "unavailable_reason", "LSTM", "GRU",
+           "UnknownImplError", "ImplUnavailableError", "UnsupportedConfigError"]
+
+
+def lstm(params, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional: bool = False,
+         batch_first: bool = False, proj_size: int = 0, impl: str = "scan", dropout: float = 0.0,
+         dropout_key=None, **impl_options):
+    """Multi-layer LSTM with `torch.nn.LSTM`'s parameters and semantics.
+
+    Returns `(output, (h_n, c_n))`: output (T, B, D*H_out) (batch-first if asked), zero
+    past each length; h_n (L*D, B, H_out) and c_n (L*D, B, H) at each sequence's last
+    valid step, layer-major then direction.  `hx` is `(h0, c0)` or None (zeros).
+    `dropout` with a `dropout_key` applies inverted dropout to every layer's output but
+    the last (PyTorch's training-mode dropout); without a key nothing is dropped.
+    `impl_options` go to the impl (e.g. `unroll`, `remat` for `scan`).
+    """
+    output, h_n, c_n = run("lstm", params, x, hx, lengths=lengths, num_layers=num_layers,
+                           bidirectional=bidirectional, batch_first=batch_first, proj_size=proj_size, impl=impl,
+                           dropout=dropout, dropout_key=dropout_key, **impl_options)
+    return output, (h_n, c_n)
+
+
+def gru(params, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional: bool = False,
+        batch_first: bool = False, impl: str = "scan", dropout: float = 0.0, dropout_key=None, **impl_options):
+    """Multi-layer GRU with `torch.nn.GRU`'s parameters and semantics; returns `(output, h_n)`.
+
+    Same arguments as `lstm` (no `proj_size`); `hx` is `h0` or None.
+    """
+    output, h_n, _ = run("gru", params, x, hx, lengths=lengths, num_layers=num_layers, bidirectional=bidirectional,
+                         batch_first=batch_first, impl=impl, dropout=dropout, dropout_key=dropout_key,
+                         **impl_options)
+    return output, h_n
+
+
+def __getattr__(name):  # the NNX modules import flax.nnx only when asked for
+    if name in ("LSTM", "GRU"):
+        from . import modules
+        return getattr(modules, name)
+    raise AttributeError(f"module 'jax_impl' has no attribute {name!r}")

@@ -1,0 +1,107 @@
+"""`scan`: `lax.scan` over time with the input projection hoisted out of the loop.
+
+Per layer and direction:
+
+    x_proj = x @ W_ih^T + b          one (T*B, I) x (I, G*H) GEMM for all steps
+    for t (lax.scan):  gates = x_proj[t] + h @ W_hh^T     one (B, H) x (H, G*H) GEMM per step
+                       h, c = cell(gates, c)              gate math, fused by XLA
+
+LSTM: `b = b_ih + b_hh`.  GRU: `b = b_ih + [b_hr, b_hz, 0]`; `b_hn` stays in the step
+because the reset gate multiplies it.  `proj_size`: `h = (o * tanh(c)) @ W_hr^T`.
+
+Options:
+- `unroll` (int, default `DEFAULT_UNROLL`): steps per loop iteration of `lax.scan`.
+  Unrolling lets XLA fuse across steps and cuts the per-iteration overhead of the
+  while loop, which dominates at small B*H (S3); it costs compile time.
+- `remat` (bool, default False): wrap the step in `jax.checkpoint`, so backward
+  recomputes the gate activations instead of storing them (less memory, more compute).
+
+Variable lengths: both directions run all T steps with a mask; a sequence's state is
+frozen (and its output zero) at steps `t >= len`.  The reverse direction is a reversed
+scan, so its state stays `h0` until `t = len - 1`: it runs over each sequence's valid
+part, reversed, as PyTorch does -- no gather of the input needed.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from . import cells
+from .driver import LayerParams, layer_from_directions, valid_steps
+
+DEFAULT_UNROLL = 8
+OPTIONS = {"unroll": DEFAULT_UNROLL, "remat": False}
+
+
+def unavailable_reason() -> str | None:
+    return None
+
+
+def unsupported_reason(spec, *, lengths: bool, dtype: str) -> str | None:
+    return None
+
+
+def input_projection(cell: str, p: LayerParams, x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+    """`x_proj` (T, B, G*H) for all steps in one GEMM, and the GRU's in-step `b_hn`."""
+    T, B, I = x.shape
+    x_proj = (x.reshape(T * B, I) @ p.w_ih.T).reshape(T, B, -1)
+    if p.b_ih is None:
+        return x_proj, None
+    if cell == "lstm":
+        return x_proj + (p.b_ih + p.b_hh), None
+    H = p.w_hh.shape[0] // 3
+    b_rz = p.b_ih[:2 * H] + p.b_hh[:2 * H]
+    return x_proj + jnp.concatenate([b_rz, p.b_ih[2 * H:]]), p.b_hh[2 * H:]
+
+
+def _check_options(unroll, remat):
+    if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
+        raise ValueError(f"unroll must be an integer >= 1, got {unroll!r}")
+    if not isinstance(remat, bool):
+        raise ValueError(f"remat must be a bool, got {remat!r}")
+
+
+def run_direction(cell, p: LayerParams, x, h0, c0, lengths, reverse: bool, *, unroll: int = DEFAULT_UNROLL,
+                  remat: bool = False):
+    """One direction over time-major x (T, B, I); see `driver.layer_from_directions`."""
+    _check_options(unroll, remat)
+    T = x.shape[0]
+    x_proj, b_hn = input_projection(cell, p, x)
+    w_hh_t = p.w_hh.T
+    w_hr_t = None if p.w_hr is None else p.w_hr.T
+
+    def step(carry, x_t):
+        h, c = carry
+        if cell == "lstm":
+            h_new, c_new = cells.lstm_cell(x_t + h @ w_hh_t, c)
+            if w_hr_t is not None:
+                h_new = h_new @ w_hr_t
+        else:
+            H = h.shape[-1]
+            gh = h @ w_hh_t
+            n_h = gh[:, 2 * H:] if b_hn is None else gh[:, 2 * H:] + b_hn
+            h_new = cells.gru_cell(x_t[:, :2 * H] + gh[:, :2 * H], x_t[:, 2 * H:], n_h, h)
+            c_new = c
+        return (h_new, c_new), h_new
+
+    def masked_step(carry, inputs):
+        x_t, valid = inputs  # valid: (B, 1), False past a sequence's length
+        (h, c) = carry
+        (h_new, c_new), _ = step(carry, x_t)
+        h_new = jnp.where(valid, h_new, h)
+        if cell == "lstm":
+            c_new = jnp.where(valid, c_new, c)
+        return (h_new, c_new), jnp.where(valid, h_new, jnp.zeros((), h_new.dtype))
+
+    body, xs = (step, x_proj) if lengths is None else (masked_step, (x_proj, valid_steps(T, lengths)))
+    if remat:
+        body = jax.checkpoint(body)
+    # The GRU has no c: carry a dummy scalar so one step signature serves both cells.
+    carry0 = (h0, c0 if cell == "lstm" else jnp.zeros((), h0.dtype))
+    (h_n, c_n), output = lax.scan(body, carry0, xs, reverse=reverse, unroll=min(unroll, T))
+    return output, h_n, (c_n if cell == "lstm" else None)
+
+
+run_layer = layer_from_directions(run_direction)
