@@ -1,0 +1,24 @@
+"""Weight converters: canonical parameters (PyTorch `state_dict`) <-> other layouts.
+
+Pure NumPy, both directions.  Each target has `to_<target>(spec, params, ...)` and
+`from_<target>(spec, tree, ...)`:
+
+- `flax_linen`: linen `LSTMCell`/`OptimizedLSTMCell`/`GRUCell` variables per layer/direction.
+- `flax_nnx`: NNX `LSTMCell`/`OptimizedLSTMCell`/`GRUCell` param pure dicts per layer/direction.
+
+A target that cannot hold a canonical model raises `ConversionError` naming the
+parameter, unless the values it would lose are zero or fold exactly (b_ih + b_hh).
+Converting back from a one-bias layout gives `b_ih` = folded bias, `b_hh` = 0, so
+compare round trips with `effective_biases`, which captures the function.
+"""
+
+from ._common import ConversionError, effective_biases
+from .flax_linen import (flax_carry, from_flax_linen, from_flax_linen_model, linen_param_shapes, to_flax_linen,
+                         to_flax_linen_model)
+from .flax_nnx import from_flax_nnx, from_flax_nnx_model, nnx_param_shapes, to_flax_nnx, to_flax_nnx_model
+
+__all__ = [
+    "ConversionError", "effective_biases", "flax_carry",
+    "to_flax_linen", "from_flax_linen", "to_flax_linen_model", "from_flax_linen_model", "linen_param_shapes",
+    "to_flax_nnx", "from_flax_nnx", "to_flax_nnx_model", "from_flax_nnx_model", "nnx_param_shapes",
+]

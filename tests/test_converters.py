@@ -1,0 +1,279 @@
+"""Weight converters: round trips keep the function; converted weights run the same cell.
+
+Round trips compare functions, not arrays: one-bias layouts fold `b_ih + b_hh`, so
+weights must come back identical and `effective_biases` equal.  The Flax cells (linen
+and NNX) run on converted weights and must step like `torch.nn.LSTMCell`/`GRUCell` on
+the canonical weights, in float64; the ONNX and Keras layouts are checked by evaluating
+those formats' equations (written from their specs) in NumPy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shared.converters import (ConversionError, effective_biases, flax_carry, from_flax_linen,
+                               from_flax_linen_model, from_flax_nnx, from_flax_nnx_model, to_flax_linen,
+                               to_flax_linen_model, to_flax_nnx, to_flax_nnx_model)
+from shared.params import init_params
+from shared.spec import RNNSpec
+
+SPECS = {
+    "lstm": RNNSpec("lstm", 3, 4),
+    "gru": RNNSpec("gru", 3, 4),
+    "lstm_nobias": RNNSpec("lstm", 3, 4, bias=False),
+    "gru_nobias": RNNSpec("gru", 3, 4, bias=False),
+    "lstm_bi2": RNNSpec("lstm", 3, 5, num_layers=2, bidirectional=True),
+    "gru_bi2": RNNSpec("gru", 2, 3, num_layers=2, bidirectional=True),
+}
+STEPS, BATCH = 3, 2
+ATOL64 = 1e-12  # float64 cells computing the same expression in a different order
+
+
+def params_for(spec: RNNSpec, seed: int = 0) -> dict[str, np.ndarray]:
+    return init_params(spec, seed)
+
+
+def assert_same_function(spec: RNNSpec, a: dict, b: dict) -> None:
+    """Same weights and the same effective biases (the function), key by key."""
+    weights = [k for k in spec.param_names() if k.startswith("weight")]
+    for name in weights:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    ea, eb = effective_biases(spec, a), effective_biases(spec, b)
+    assert ea.keys() == eb.keys()
+    for name in ea:
+        np.testing.assert_allclose(ea[name], eb[name], rtol=0, atol=1e-15, err_msg=name)
+    assert set(b) == set(spec.param_names())
+
+
+def torch_steps(spec: RNNSpec, params: dict, layer: int, direction: int, xs, h, c=None):
+    """Step torch.nn.LSTMCell/GRUCell with the canonical weights of one layer/direction."""
+    torch = pytest.importorskip("torch")
+    s = spec.suffix(layer, direction)
+    cls = torch.nn.LSTMCell if spec.cell == "lstm" else torch.nn.GRUCell
+    cell = cls(spec.layer_input_size(layer), spec.hidden_size, bias=spec.bias, dtype=torch.float64)
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if spec.bias else ()):
+            getattr(cell, name).copy_(torch.from_numpy(params[f"{name}_{s}"]))
+        h, c = torch.from_numpy(h), None if c is None else torch.from_numpy(c)
+        hs, cs = [], []
+        for x in xs:
+            if spec.cell == "lstm":
+                h, c = cell(torch.from_numpy(x), (h, c))
+                cs.append(c.numpy())
+            else:
+                h = cell(torch.from_numpy(x), h)
+            hs.append(h.numpy())
+    return np.stack(hs), (np.stack(cs) if cs else None)
+
+
+def random_inputs(spec: RNNSpec, layer: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    xs = rng.standard_normal((STEPS, BATCH, spec.layer_input_size(layer)))
+    n = spec.num_layers * spec.num_directions
+    h0 = rng.standard_normal((n, BATCH, spec.hidden_size))
+    c0 = rng.standard_normal((n, BATCH, spec.hidden_size)) if spec.cell == "lstm" else None
+    return xs, h0, c0
+
+
+def with_nonzero_biases(spec: RNNSpec, params: dict, seed: int = 5) -> dict:
+    """Distinct b_ih and b_hh, so a converter that drops or misplaces one is caught."""
+    rng = np.random.default_rng(seed)
+    return {k: (rng.uniform(-1, 1, v.shape) if k.startswith("bias") else v) for k, v in params.items()}
+
+
+# ---------------------------------------------------------------- Flax linen ----------
+
+@pytest.mark.parametrize("name", SPECS)
+def test_flax_linen_round_trip(name):
+    spec = SPECS[name]
+    params = params_for(spec)
+    trees = to_flax_linen_model(spec, params)
+    assert set(trees) == {spec.suffix(l, d) for l, d in spec.layers_and_directions()}
+    back = from_flax_linen_model(spec, trees)
+    assert_same_function(spec, params, back)
+    assert list(back) == spec.param_names()
+    # per layer/direction, and accepting the inner dict as well as {"params": ...}
+    l, d = spec.num_layers - 1, spec.num_directions - 1
+    inner = to_flax_linen(spec, params, l, d)["params"]
+    part = from_flax_linen(spec, inner, l, d)
+    assert set(part) == {k for k in spec.param_names() if k.endswith(spec.suffix(l, d))}
+
+
+def test_flax_linen_folds_biases_exactly():
+    spec = SPECS["gru"]
+    params = with_nonzero_biases(spec, params_for(spec))
+    H = spec.hidden_size
+    tree = to_flax_linen(spec, params)["params"]
+    b_ih, b_hh = params["bias_ih_l0"], params["bias_hh_l0"]
+    np.testing.assert_array_equal(tree["ir"]["bias"], b_ih[:H] + b_hh[:H])
+    np.testing.assert_array_equal(tree["in"]["bias"], b_ih[2 * H:])
+    np.testing.assert_array_equal(tree["hn"]["bias"], b_hh[2 * H:])
+    back = from_flax_linen(spec, tree)
+    np.testing.assert_array_equal(back["bias_hh_l0"][:2 * H], 0.0)
+    np.testing.assert_array_equal(back["bias_hh_l0"][2 * H:], b_hh[2 * H:])
+
+
+@pytest.mark.parametrize("cell_type", ["LSTMCell", "OptimizedLSTMCell", "GRUCell"])
+@pytest.mark.parametrize("name", ["plain", "nobias", "bi2"])
+def test_flax_linen_cell_matches_torch(cell_type, name):
+    jax = pytest.importorskip("jax")
+    nn = pytest.importorskip("flax.linen")
+    cell_kind = "gru" if cell_type == "GRUCell" else "lstm"
+    spec = SPECS[{"plain": cell_kind, "nobias": f"{cell_kind}_nobias", "bi2": f"{cell_kind}_bi2"}[name]]
+    params = params_for(spec)
+    if spec.bias:
+        params = with_nonzero_biases(spec, params)
+    cell = getattr(nn, cell_type)(features=spec.hidden_size, param_dtype=np.float64)
+    with jax.enable_x64(True):
+        for layer, direction in spec.layers_and_directions():
+            xs, h0, c0 = random_inputs(spec, layer, seed=layer * 2 + direction)
+            expected_h, expected_c = torch_steps(spec, params, layer, direction, xs,
+                                                 *_state(spec, h0, c0, layer, direction))
+            variables = to_flax_linen(spec, params, layer, direction, cell_type=cell_type)
+            carry = flax_carry(spec, h0, c0, layer, direction)
+            for t, x in enumerate(xs):
+                carry, out = cell.apply(variables, carry, x)
+                h = carry[1] if spec.cell == "lstm" else carry
+                np.testing.assert_allclose(np.asarray(out), expected_h[t], rtol=0, atol=ATOL64)
+                np.testing.assert_allclose(np.asarray(h), expected_h[t], rtol=0, atol=ATOL64)
+                if spec.cell == "lstm":
+                    np.testing.assert_allclose(np.asarray(carry[0]), expected_c[t], rtol=0, atol=ATOL64)
+
+
+def test_flax_linen_tree_matches_flax_init():
+    """The converted tree has exactly the structure and shapes flax creates itself."""
+    jax = pytest.importorskip("jax")
+    nn = pytest.importorskip("flax.linen")
+    for spec, cell_type in [(SPECS["lstm_bi2"], "LSTMCell"), (SPECS["lstm_bi2"], "OptimizedLSTMCell"),
+                            (SPECS["gru_bi2"], "GRUCell")]:
+        layer = 1
+        cell = getattr(nn, cell_type)(features=spec.hidden_size)
+        x = np.zeros((BATCH, spec.layer_input_size(layer)), np.float32)
+        ref = cell.init(jax.random.key(0), cell.initialize_carry(jax.random.key(1), x.shape), x)
+        ours = to_flax_linen(spec, params_for(spec), layer, 1, cell_type=cell_type, dtype=np.float32)
+        shapes = lambda t: jax.tree_util.tree_map(lambda a: (a.shape, a.dtype), t)  # noqa: E731
+        assert shapes(ours) == shapes(jax.tree_util.tree_map(np.asarray, ref))
+
+
+def _state(spec, h0, c0, layer, direction):
+    idx = layer * spec.num_directions + direction
+    return h0[idx], (None if c0 is None else c0[idx])
+
+
+# ---------------------------------------------------------------- Flax NNX ------------
+
+@pytest.mark.parametrize("name", SPECS)
+def test_flax_nnx_round_trip(name):
+    spec = SPECS[name]
+    params = params_for(spec)
+    if spec.cell == "gru" and spec.bias:
+        params["bias_hh_l0"][2 * spec.hidden_size:] = 0.0  # NNX GRU has no b_hn
+        for l, d in spec.layers_and_directions():
+            params[f"bias_hh_{spec.suffix(l, d)}"][2 * spec.hidden_size:] = 0.0
+    cell_types = ["LSTMCell", "OptimizedLSTMCell"] if spec.cell == "lstm" else ["GRUCell"]
+    for cell_type in cell_types:
+        trees = to_flax_nnx_model(spec, params, cell_type=cell_type)
+        assert_same_function(spec, params, from_flax_nnx_model(spec, trees))  # cell type inferred
+        assert_same_function(spec, params, from_flax_nnx_model(spec, trees, cell_type=cell_type))
+
+
+@pytest.mark.parametrize("cell_type", ["LSTMCell", "OptimizedLSTMCell", "GRUCell"])
+@pytest.mark.parametrize("name", ["plain", "nobias", "bi2"])
+def test_flax_nnx_cell_matches_torch(cell_type, name):
+    jax = pytest.importorskip("jax")
+    nnx = pytest.importorskip("flax.nnx")
+    cell_kind = "gru" if cell_type == "GRUCell" else "lstm"
+    spec = SPECS[{"plain": cell_kind, "nobias": f"{cell_kind}_nobias", "bi2": f"{cell_kind}_bi2"}[name]]
+    params = params_for(spec)
+    if spec.bias:
+        params = with_nonzero_biases(spec, params)
+        if spec.cell == "gru":  # b_hn must be zero for NNX; the other biases stay non-zero
+            for l, d in spec.layers_and_directions():
+                params[f"bias_hh_{spec.suffix(l, d)}"][2 * spec.hidden_size:] = 0.0
+    with jax.enable_x64(True):
+        for layer, direction in spec.layers_and_directions():
+            cell = getattr(nnx, cell_type)(spec.layer_input_size(layer), spec.hidden_size,
+                                           param_dtype=np.float64, rngs=nnx.Rngs(0))
+            state = nnx.state(cell, nnx.Param)
+            nnx.replace_by_pure_dict(state, to_flax_nnx(spec, params, layer, direction, cell_type=cell_type))
+            nnx.update(cell, state)
+            xs, h0, c0 = random_inputs(spec, layer, seed=layer * 2 + direction)
+            expected_h, expected_c = torch_steps(spec, params, layer, direction, xs,
+                                                 *_state(spec, h0, c0, layer, direction))
+            carry = flax_carry(spec, h0, c0, layer, direction)
+            for t, x in enumerate(xs):
+                carry, out = cell(carry, x)
+                np.testing.assert_allclose(np.asarray(out), expected_h[t], rtol=0, atol=ATOL64)
+                if spec.cell == "lstm":
+                    np.testing.assert_allclose(np.asarray(carry[0]), expected_c[t], rtol=0, atol=ATOL64)
+            # and the converted state reads back to the same function
+            back = from_flax_nnx(spec, nnx.state(cell, nnx.Param), layer, direction)
+            assert set(back) == {k for k in spec.param_names() if k.endswith(spec.suffix(layer, direction))}
+
+
+def test_flax_nnx_tree_matches_nnx_state():
+    jax = pytest.importorskip("jax")
+    nnx = pytest.importorskip("flax.nnx")
+    for spec, cell_type in [(SPECS["lstm_bi2"], "LSTMCell"), (SPECS["lstm_bi2"], "OptimizedLSTMCell"),
+                            (SPECS["gru_bi2"], "GRUCell")]:
+        layer = 1
+        params = params_for(spec)
+        if spec.cell == "gru":
+            params["bias_hh_l1_reverse"][2 * spec.hidden_size:] = 0.0
+        cell = getattr(nnx, cell_type)(spec.layer_input_size(layer), spec.hidden_size, rngs=nnx.Rngs(0))
+        ref = nnx.to_pure_dict(nnx.state(cell, nnx.Param))
+        ours = to_flax_nnx(spec, params, layer, 1, cell_type=cell_type, dtype=np.float32)
+        shapes = lambda t: jax.tree_util.tree_map(lambda a: (a.shape, np.dtype(a.dtype)), t)  # noqa: E731
+        assert shapes(ours) == shapes(ref)
+
+
+def test_flax_nnx_gru_nonzero_b_hn_raises():
+    spec = SPECS["gru_bi2"]
+    params = params_for(spec)
+    for l, d in spec.layers_and_directions():
+        params[f"bias_hh_{spec.suffix(l, d)}"][2 * spec.hidden_size:] = 0.0
+    params["bias_hh_l1_reverse"][-1] = 0.25
+    to_flax_nnx(spec, params, 1, 0)  # this layer's b_hn is zero: fine
+    with pytest.raises(ConversionError, match=r"bias_hh_l1_reverse.*b_hn"):
+        to_flax_nnx(spec, params, 1, 1)
+
+
+# ---------------------------------------------------------------- errors (Flax) --------
+
+def test_flax_errors_name_the_problem():
+    lstm, gru = SPECS["lstm"], SPECS["gru"]
+    params = params_for(lstm)
+    proj = RNNSpec("lstm", 3, 4, proj_size=2)
+    for convert in (to_flax_linen, to_flax_nnx):
+        with pytest.raises(ConversionError, match="weight_hr.*proj_size=2"):
+            convert(proj, params_for(proj))
+        with pytest.raises(ConversionError, match="cell_type must be one of"):
+            convert(lstm, params, cell_type="GRUCell")
+        with pytest.raises(ConversionError, match="layer must be"):
+            convert(lstm, params, layer=1)
+        with pytest.raises(ConversionError, match="direction must be"):
+            convert(lstm, params, direction=1)
+        with pytest.raises(ValueError, match="missing: bias_hh_l0"):
+            convert(lstm, {k: v for k, v in params.items() if k != "bias_hh_l0"})
+    tree = to_flax_linen(gru, params_for(gru))["params"]
+    del tree["hn"]["bias"]
+    tree["extra"] = {"kernel": np.zeros(2)}
+    with pytest.raises(ConversionError, match=r"missing: hn/bias.*unexpected: extra/kernel"):
+        from_flax_linen(gru, tree)
+    tree = to_flax_nnx(lstm, params, cell_type="OptimizedLSTMCell")
+    tree["dense_h"]["kernel"] = tree["dense_h"]["kernel"][:, :-1]
+    with pytest.raises(ConversionError, match=r"dense_h/kernel has shape \(4, 15\), expected \(4, 16\)"):
+        from_flax_nnx(lstm, tree)
+    with pytest.raises(ConversionError, match="missing: \\['l0'\\]"):
+        from_flax_linen_model(lstm, {})
+
+
+def test_flax_back_to_bias_false_requires_zero_biases():
+    spec, nobias = SPECS["lstm"], SPECS["lstm_nobias"]
+    tree = to_flax_linen(spec, with_nonzero_biases(spec, params_for(spec)))
+    with pytest.raises(ConversionError, match="non-zero biases but the spec has bias=False"):
+        from_flax_linen(nobias, tree)
+    zero = to_flax_linen(nobias, params_for(nobias))
+    assert all(np.all(zero["params"][f"h{g}"]["bias"] == 0) for g in "ifgo")
+    assert set(from_flax_linen(nobias, zero)) == {"weight_ih_l0", "weight_hh_l0"}
