@@ -37,22 +37,31 @@ def make_case(spec: RNNSpec, T: int, B: int, *, seed: int = 0, initial_state: bo
     return dict(params=params, x=x, h0=h0, c0=c0, lengths=lengths), cot
 
 
-def run_torch(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, cotangents=None):
-    """The same dict as `reference.run_case`, computed by torch.nn.LSTM/GRU in float64."""
+def run_torch(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, cotangents=None, *,
+              dtype: str = "float64"):
+    """The same dict as `reference.run_case`, computed by torch.nn.LSTM/GRU in `dtype`.
+
+    Results come back as float64 NumPy arrays.  (Also used by tests/test_vectors.py.)
+    """
+    tdtype = getattr(torch, dtype)
+
+    def tensor(a, grad=False):
+        return torch.tensor(np.asarray(a), dtype=tdtype, requires_grad=grad)
+
     module_cls = torch.nn.LSTM if spec.cell == "lstm" else torch.nn.GRU
-    module = module_cls(**spec.torch_kwargs()).double()
-    module.load_state_dict({k: torch.tensor(v) for k, v in params.items()})
-    xt = torch.tensor(x, requires_grad=True)
+    module = module_cls(**spec.torch_kwargs()).to(tdtype)
+    module.load_state_dict({k: tensor(v) for k, v in params.items()})
+    xt = tensor(x, grad=True)
     states = []
     if h0 is not None:
-        states.append(torch.tensor(h0, requires_grad=True))
+        states.append(tensor(h0, grad=True))
         if spec.cell == "lstm":
-            states.append(torch.tensor(c0, requires_grad=True))
+            states.append(tensor(c0, grad=True))
     hx = None if not states else (tuple(states) if spec.cell == "lstm" else states[0])
     inp = xt
     if lengths is not None:
         inp = torch.nn.utils.rnn.pack_padded_sequence(
-            xt, torch.tensor(lengths), batch_first=spec.batch_first, enforce_sorted=False)
+            xt, torch.tensor(np.asarray(lengths)), batch_first=spec.batch_first, enforce_sorted=False)
     out, hn = module(inp, hx)
     if lengths is not None:
         out, _ = torch.nn.utils.rnn.pad_packed_sequence(
@@ -61,7 +70,7 @@ def run_torch(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, cotangen
     if spec.cell == "lstm":
         result["c_n"] = hn[1]
     if cotangents is not None:
-        loss = sum((result[k] * torch.tensor(cotangents[k])).sum() for k in result)
+        loss = sum((result[k] * tensor(cotangents[k])).sum() for k in result)
         loss.backward()
     grads = {}
     if cotangents is not None:
@@ -73,7 +82,7 @@ def run_torch(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, cotangen
         for name, p in module.named_parameters():
             grads[f"grad/{name}"] = p.grad
     result.update(grads)
-    return {k: v.detach().numpy() for k, v in result.items()}
+    return {k: v.detach().double().numpy() for k, v in result.items()}
 
 
 # (spec, T, B, lengths, initial_state): every option alone and combined.

@@ -1,0 +1,276 @@
+"""Build the shared test vectors: the case table, the seeded generator and the checker.
+
+Each case is a small configuration (T <= 7, B <= 4, sizes <= 6) with standard-normal
+inputs and cotangents and PyTorch-initialised parameters, all drawn from
+`numpy.random.default_rng(seed)` in a fixed order; the expected outputs and gradients
+come from the float64 reference (`shared.reference`).  Files are written as
+uncompressed zip archives with fixed timestamps and key order, so regenerating on the
+same platform gives byte-identical files; across platforms the computed values may
+differ in the last bits (BLAS summation order), which is why `check` compares arrays
+(inputs exactly, computed values to 1e-14) rather than bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import reference
+from ..params import init_params
+from ..spec import RNNSpec
+from ..tolerances import ATOL
+
+from . import MANIFEST_NAME  # noqa: E402  (one name for the loader and the writer)
+FORMAT_VERSION = 1
+# Values the reference computes may differ by a few ulps across machines (BLAS order).
+COMPUTED_ATOL = 1e-14
+INPUT_PREFIXES = ("x", "h0", "c0", "lengths", "param/", "cot/")
+
+
+@dataclass(frozen=True)
+class CaseDef:
+    """One vector case before generation: the configuration and input sizes."""
+
+    name: str
+    spec: RNNSpec
+    seq_len: int
+    batch: int
+    tags: tuple[str, ...]
+    initial_state: bool = False
+    lengths: tuple[int, ...] | None = None
+
+    @property
+    def seed(self) -> int:
+        # Stable across Python runs and independent of the case's position in the table.
+        return zlib.crc32(self.name.encode())
+
+
+def _case_table() -> list[CaseDef]:
+    """Every option alone and combined, for both cells, plus the edges."""
+    cases = []
+    for cell in ("lstm", "gru"):
+        def add(suffix, tags, T=5, B=3, I=3, H=4, lengths=None, initial_state=False, **spec_kw):
+            if lengths is not None:
+                B = len(lengths)
+            spec = RNNSpec(cell, I, H, **spec_kw)
+            cases.append(CaseDef(f"{cell}_{suffix}", spec, T, B, (cell, *tags), initial_state,
+                                 None if lengths is None else tuple(lengths)))
+
+        add("default", ["default"])
+        add("layers2", ["layers"], num_layers=2)
+        add("layers3", ["layers"], num_layers=3)
+        add("bidirectional", ["bidirectional"], bidirectional=True)
+        add("batch_first", ["batch_first"], batch_first=True)
+        add("no_bias", ["no_bias"], bias=False)
+        add("initial_state", ["initial_state"], initial_state=True)
+        add("lengths_unsorted", ["lengths"], T=6, lengths=[3, 6, 1, 4])
+        add("lengths_all_equal", ["lengths"], T=5, lengths=[5, 5, 5])
+        add("lengths_bidirectional", ["lengths", "bidirectional"], T=6, lengths=[2, 6, 1, 5],
+            bidirectional=True)
+        add("lengths_batch_first_initial_state", ["lengths", "batch_first", "initial_state"], T=5,
+            lengths=[5, 1, 3], batch_first=True, initial_state=True)
+        add("bidirectional_layers2_initial_state", ["bidirectional", "layers", "initial_state"], T=4,
+            num_layers=2, bidirectional=True, initial_state=True)
+        add("no_bias_bidirectional_batch_first", ["no_bias", "bidirectional", "batch_first"], T=4,
+            bias=False, bidirectional=True, batch_first=True)
+        add("edge_T1", ["edge"], T=1, initial_state=True)
+        add("edge_B1", ["edge"], T=6, B=1, initial_state=True)
+        add("edge_H1", ["edge"], H=1, num_layers=2, bidirectional=True)
+        add("edge_I1", ["edge"], I=1)
+        add("edge_all_ones", ["edge", "lengths"], T=1, I=1, H=1, lengths=[1], initial_state=True)
+        add("edge_all_length1", ["edge", "lengths", "bidirectional"], T=4, lengths=[1, 1, 1],
+            bidirectional=True)
+        all_tags = ["layers", "bidirectional", "batch_first", "no_bias", "initial_state", "lengths"]
+        add("layers3_bidirectional_lengths", ["layers", "bidirectional", "lengths", "initial_state"], T=7,
+            I=5, H=6, num_layers=3, bidirectional=True, lengths=[4, 7, 1, 6], initial_state=True)
+        add("all_options", all_tags, T=6, I=5, H=5, num_layers=2, bidirectional=True, batch_first=True,
+            bias=False, lengths=[6, 2, 1, 5], initial_state=True)
+        if cell == "lstm":
+            add("proj_size", ["proj_size"], H=5, proj_size=3)
+            add("proj_size_initial_state", ["proj_size", "initial_state"], H=5, proj_size=2,
+                initial_state=True)
+            add("proj_size_1", ["proj_size", "edge"], H=4, proj_size=1, num_layers=2)
+            add("layers3_bidirectional_proj_size_lengths",
+                ["layers", "bidirectional", "proj_size", "lengths", "initial_state"], T=7, I=5, H=6,
+                proj_size=3, num_layers=3, bidirectional=True, lengths=[4, 7, 1, 6], initial_state=True)
+            add("all_options_proj_size", all_tags + ["proj_size"], T=6, I=5, H=6, proj_size=4, num_layers=2,
+                bidirectional=True, batch_first=True, bias=False, lengths=[6, 2, 1, 5], initial_state=True)
+    names = [c.name for c in cases]
+    assert len(names) == len(set(names)), "duplicate case names"
+    return cases
+
+
+CASES: tuple[CaseDef, ...] = tuple(_case_table())
+
+
+def case_def(name: str) -> CaseDef:
+    for case in CASES:
+        if case.name == name:
+            return case
+    raise KeyError(f"no vector case named {name!r}; valid names: {', '.join(c.name for c in CASES)}")
+
+
+def build_arrays(case: CaseDef) -> dict[str, np.ndarray]:
+    """All arrays of one case, in the fixed key order of the .npz file.
+
+    Draw order from default_rng(seed): params (init_params, PyTorch scheme), x, h0, c0,
+    cot/output, cot/h_n, cot/c_n.  Changing it changes every vector.
+    """
+    spec, T, B = case.spec, case.seq_len, case.batch
+    rng = np.random.default_rng(case.seed)
+    params = init_params(spec, rng, scheme="pytorch")
+    x_shape = (B, T, spec.input_size) if spec.batch_first else (T, B, spec.input_size)
+    x = rng.standard_normal(x_shape)
+    shapes = spec.state_shapes(B)
+    h0 = c0 = None
+    if case.initial_state:
+        h0 = rng.standard_normal(shapes["h"])
+        if spec.cell == "lstm":
+            c0 = rng.standard_normal(shapes["c"])
+    lengths = None if case.lengths is None else np.asarray(case.lengths, dtype=np.int64)
+    cot = {"output": rng.standard_normal(x_shape[:2] + (spec.output_size,)),
+           "h_n": rng.standard_normal(shapes["h"])}
+    if spec.cell == "lstm":
+        cot["c_n"] = rng.standard_normal(shapes["c"])
+    result = reference.run_case(spec, params, x, h0, c0, lengths, cot)
+    arrays: dict[str, np.ndarray] = {"x": x}
+    if h0 is not None:
+        arrays["h0"] = h0
+    if c0 is not None:
+        arrays["c0"] = c0
+    if lengths is not None:
+        arrays["lengths"] = lengths
+    arrays.update({f"param/{name}": value for name, value in params.items()})
+    for key in ("output", "h_n", "c_n"):
+        if key in result:
+            arrays[f"out/{key}"] = result[key]
+    for key in ("output", "h_n", "c_n"):
+        if key in cot:
+            arrays[f"cot/{key}"] = cot[key]
+    for key in ("grad/x", "grad/h0", "grad/c0"):
+        if key in result:
+            arrays[key] = result[key]
+    arrays.update({f"grad/{name}": result[f"grad/{name}"] for name in params})
+    for key, value in arrays.items():
+        want = np.int64 if key == "lengths" else np.float64
+        arrays[key] = np.ascontiguousarray(value, dtype=want)
+    return arrays
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """An .npz archive (readable by np.load) with fixed timestamps: same arrays, same bytes."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for key, value in arrays.items():
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            member = io.BytesIO()
+            np.lib.format.write_array(member, value, allow_pickle=False)
+            archive.writestr(info, member.getvalue())
+    return buffer.getvalue()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_entry(case: CaseDef, data: bytes) -> dict:
+    return {
+        "file": f"{case.name}.npz",
+        "config": case.spec.to_dict(),
+        "seed": case.seed,
+        "tags": list(case.tags),
+        "seq_len": case.seq_len,
+        "batch": case.batch,
+        "initial_state": case.initial_state,
+        "lengths": None if case.lengths is None else list(case.lengths),
+        "sha256": sha256(data),
+        "tolerances": dict(ATOL),
+    }
+
+
+def generate(directory: Path, cases=CASES) -> dict:
+    """Write every case's .npz and the manifest into `directory`; returns the manifest.
+
+    Removes .npz files in `directory` that no case produces (stale cases).
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = {}
+    for case in cases:
+        data = npz_bytes(build_arrays(case))
+        (directory / f"{case.name}.npz").write_bytes(data)
+        entries[case.name] = manifest_entry(case, data)
+    keep = {entry["file"] for entry in entries.values()}
+    for stale in directory.glob("*.npz"):
+        if stale.name not in keep:
+            stale.unlink()
+    manifest = {
+        "format": FORMAT_VERSION,
+        "generator": "python -m shared.vectors",
+        "description": "Shared LSTM/GRU test vectors: inputs, canonical params, cotangents, "
+                       "and float64 reference outputs and gradients (see shared/vectors/generate.py).",
+        "tolerances": dict(ATOL),
+        "cases": entries,
+    }
+    (directory / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def compare_arrays(name: str, stored: dict[str, np.ndarray], fresh: dict[str, np.ndarray]) -> list[str]:
+    """Differences between stored and regenerated arrays: inputs exact, computed to 1e-14."""
+    problems = []
+    if list(stored) != list(fresh):
+        problems.append(f"{name}: keys differ: stored {sorted(stored)}, regenerated {sorted(fresh)}")
+        return problems
+    for key in fresh:
+        a, b = stored[key], fresh[key]
+        if a.dtype != b.dtype or a.shape != b.shape:
+            problems.append(f"{name}/{key}: stored {a.dtype}{a.shape}, regenerated {b.dtype}{b.shape}")
+        elif key.startswith(INPUT_PREFIXES):
+            if not np.array_equal(a, b):
+                problems.append(f"{name}/{key}: input differs from the regenerated one")
+        else:
+            err = float(np.max(np.abs(a - b))) if a.size else 0.0
+            if not err <= COMPUTED_ATOL:
+                problems.append(f"{name}/{key}: differs by {err:.3g} (> {COMPUTED_ATOL:g})")
+    return problems
+
+
+def check(directory: Path) -> list[str]:
+    """Verify every file against the manifest and against a fresh regeneration.
+
+    Returns the list of problems (empty when all is well).
+    """
+    from . import VectorsError, load_manifest, read_arrays  # the loader's verification
+
+    problems = []
+    try:
+        manifest = load_manifest(directory)
+    except VectorsError as e:
+        return [str(e)]
+    want = {c.name for c in CASES}
+    have = set(manifest["cases"])
+    if want != have:
+        problems.append(f"manifest cases differ from the case table: missing {sorted(want - have)}, "
+                        f"extra {sorted(have - want)}")
+    for case in CASES:
+        if case.name not in have:
+            continue
+        entry = manifest["cases"][case.name]
+        if entry["config"] != case.spec.to_dict() or entry["seed"] != case.seed:
+            problems.append(f"{case.name}: manifest config/seed differ from the case table")
+        try:
+            stored = read_arrays(directory, case.name, entry)
+        except VectorsError as e:
+            problems.append(str(e))
+            continue
+        problems += compare_arrays(case.name, stored, build_arrays(case))
+    return problems
