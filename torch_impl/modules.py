@@ -1,0 +1,330 @@
+"""`torch_impl.LSTM` and `torch_impl.GRU`: drop-in `nn.LSTM` / `nn.GRU` with a `backend=`.
+
+Same constructor arguments, parameter names, shapes, order and initialisation as
+`nn.LSTM`/`nn.GRU` (so `load_state_dict` works both ways), same forward: a Tensor
+(batched 3-D or unbatched 2-D, `batch_first` honoured) or a `PackedSequence` (sorted or
+not; the output keeps its `sorted_indices`/`unsorted_indices`), optional `hx`, and the
+same return values.  Extra: `forward(x, hx, lengths=...)` takes per-sequence lengths
+for a padded batch and returns the padded output (zeros past each length).
+
+`backend="native"` runs PyTorch's own kernels (`_VF.lstm`/`_VF.gru`, as `nn.LSTM` does:
+cuDNN on CUDA, oneDNN/ATen on CPU) on this module's parameters; every other backend is
+a direction function composed by `torch_impl.driver`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn as nn
+from torch import Tensor, _VF
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from shared.spec import RNNSpec
+
+from . import backends, driver
+
+
+class RNNInputError(ValueError, RuntimeError):
+    """Bad forward input (rank, feature size, hx shape/dtype/device, lengths).
+
+    A ValueError that is also a RuntimeError, because `nn.LSTM` raises RuntimeError
+    for most of these and drop-in callers may catch either.
+    """
+
+
+class BackendUnavailableError(RuntimeError):
+    """The chosen backend cannot run on this device here; the message says why."""
+
+
+class _RNNBase(nn.Module):
+    mode: str  # "LSTM" or "GRU", as nn.RNNBase
+
+    def __init__(self, cell: str, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, proj_size: int = 0, device=None, dtype=None,
+                 *, backend: str = "eager"):
+        super().__init__()
+        spec = RNNSpec(cell, input_size, hidden_size, num_layers, bias, batch_first, bidirectional,
+                       proj_size, dropout)
+        if dropout > 0 and num_layers == 1:
+            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero "
+                          f"dropout expects num_layers greater than 1, but got dropout={dropout} and "
+                          f"num_layers={num_layers}")
+        self.spec = spec
+        self.cell = cell
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
+        self.bidirectional, self.proj_size = bidirectional, proj_size
+        factory = {"device": device, "dtype": dtype}
+        self._flat_weights_names = []
+        for name, shape in spec.param_shapes().items():
+            self.register_parameter(name, nn.Parameter(torch.empty(shape, **factory)))
+            self._flat_weights_names.append(name)
+        self.backend = backend
+        self.reset_parameters()
+
+    # ---- nn.RNNBase compatibility ------------------------------------------------------
+    def reset_parameters(self) -> None:
+        """U(-1/sqrt(H), 1/sqrt(H)) for every parameter, in nn.LSTM's order (same RNG draws)."""
+        stdv = 1.0 / self.hidden_size ** 0.5
+        for weight in self.parameters():
+            nn.init.uniform_(weight, -stdv, stdv)
+
+    @property
+    def _flat_weights(self) -> list[Tensor]:
+        return [getattr(self, name) for name in self._flat_weights_names]
+
+    @property
+    def all_weights(self) -> list[list[Tensor]]:
+        """Parameters grouped per layer and direction, as `nn.LSTM.all_weights`."""
+        n = len(self._flat_weights_names) // (self.num_layers * self.spec.num_directions)
+        w = self._flat_weights
+        return [w[k:k + n] for k in range(0, len(w), n)]
+
+    def flatten_parameters(self) -> None:
+        """As `nn.LSTM.flatten_parameters`: pack the weights for cuDNN (no-op off CUDA)."""
+        nn.RNNBase.flatten_parameters(self)
+
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    @backend.setter
+    def backend(self, name: str) -> None:
+        backends.check_backend_name(name)
+        if self.proj_size and name not in backends.PROJ_BACKENDS:
+            raise backends.ProjectionNotSupportedError(
+                f"backend {name!r} does not support proj_size; backends that do: "
+                f"{', '.join(backends.PROJ_BACKENDS)}")
+        self._backend = name
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        for name, default in (("num_layers", 1), ("bias", True), ("batch_first", False), ("dropout", 0.0),
+                              ("bidirectional", False), ("proj_size", 0)):
+            if getattr(self, name) != default:
+                s += f", {name}={getattr(self, name)}"
+        return s + f", backend={self.backend!r}"
+
+    # ---- forward -----------------------------------------------------------------------
+    def forward(self, input, hx=None, *, lengths: Tensor | None = None):
+        if isinstance(input, PackedSequence):
+            if lengths is not None:
+                raise RNNInputError("lengths= is for padded Tensor input; a PackedSequence carries its own")
+            return self._forward_packed(input, hx)
+        if not isinstance(input, Tensor):
+            raise TypeError(f"input must be a Tensor or a PackedSequence, got {type(input).__name__}")
+        if input.dim() not in (2, 3):
+            raise RNNInputError(f"{self.mode}: expected input to be 2-D (unbatched) or 3-D (batched), "
+                                f"got {input.dim()}-D with shape {tuple(input.shape)}")
+        self._check_input(input)
+        batched = input.dim() == 3
+        if not batched:
+            if lengths is not None:
+                raise RNNInputError("lengths= needs batched 3-D input")
+            input = input.unsqueeze(1 if not self.batch_first else 0)
+            hx = self._unsqueeze_hx(hx)
+        batch_dim = 0 if self.batch_first else 1
+        B, T = input.shape[batch_dim], input.shape[1 - batch_dim]
+        hx = self._check_hx(hx, B, input, batched)
+        if lengths is not None:
+            lengths = self._check_lengths(lengths, B, T, input.device)
+        self._check_backend(input.device)
+
+        if self.backend == "native":
+            if lengths is None:
+                output, h_n, c_n = self._native(input, None, hx)
+            else:
+                packed = pack_padded_sequence(input, lengths.cpu(), batch_first=self.batch_first,
+                                              enforce_sorted=False)
+                out_packed, hidden = self._forward_packed(packed, self._hx_tuple(hx))
+                output, _ = pad_packed_sequence(out_packed, batch_first=self.batch_first, total_length=T)
+                h_n, c_n = hidden if self.cell == "lstm" else (hidden, None)
+        else:
+            x = input.transpose(0, 1) if self.batch_first else input
+            output, h_n, c_n = self._run_driver(x, hx, lengths)
+            if self.batch_first:
+                output = output.transpose(0, 1)
+        if not batched:
+            output = output.squeeze(batch_dim)
+            h_n = h_n.squeeze(1)
+            c_n = None if c_n is None else c_n.squeeze(1)
+        return output, ((h_n, c_n) if self.cell == "lstm" else h_n)
+
+    def _forward_packed(self, packed: PackedSequence, hx):
+        data, batch_sizes, sorted_indices, unsorted_indices = packed
+        if data.dim() != 2:
+            raise RNNInputError(f"{self.mode}: PackedSequence data must be 2-D (total steps, features), "
+                                f"got {data.dim()}-D")
+        self._check_input(data)
+        B = int(batch_sizes[0])
+        hx = self._check_hx(hx, B, data, batched=True)
+        if hx is not None and sorted_indices is not None:
+            # hx is given in the caller's batch order; the packed batch is sorted by length
+            hx = tuple(h.index_select(1, sorted_indices) for h in hx)
+        self._check_backend(data.device)
+        if self.backend == "native":
+            out_data, h_n, c_n = self._native(data, batch_sizes, hx)
+        else:
+            x, lengths = pad_packed_sequence(PackedSequence(data, batch_sizes))  # sorted order
+            out, h_n, c_n = self._run_driver(x, hx, lengths.to(data.device))
+            out_data = pack_padded_sequence(out, lengths, enforce_sorted=True).data
+        if unsorted_indices is not None:
+            h_n = h_n.index_select(1, unsorted_indices)
+            c_n = None if c_n is None else c_n.index_select(1, unsorted_indices)
+        output = PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices)
+        return output, ((h_n, c_n) if self.cell == "lstm" else h_n)
+
+    def _run_driver(self, x: Tensor, hx, lengths: Tensor | None):
+        B = x.shape[1]
+        h0, c0 = hx if hx is not None else self._zero_state(B, x)
+        weights = self._flat_weights
+        n = len(weights) // (self.num_layers * self.spec.num_directions)
+        params = []
+        for k in range(0, len(weights), n):
+            w = weights[k:k + n]
+            w_ih, w_hh = w[0], w[1]
+            b_ih, b_hh = (w[2], w[3]) if self.bias else (None, None)
+            w_hr = w[-1] if self.proj_size else None
+            params.append((w_ih, w_hh, b_ih, b_hh, w_hr))
+        return driver.run(self.cell, backends.direction_function(self.backend), x, h0, c0, params,
+                          num_layers=self.num_layers, bidirectional=self.bidirectional, lengths=lengths,
+                          dropout=self.dropout, training=self.training)
+
+    def _native(self, x: Tensor, batch_sizes: Tensor | None, hx):
+        """nn.LSTM/nn.GRU's own kernel on this module's parameters."""
+        if x.is_cuda:
+            self.flatten_parameters()
+        if hx is None:
+            hx = self._zero_state(int(batch_sizes[0]) if batch_sizes is not None else
+                                  x.shape[0 if self.batch_first else 1], x)
+        args = (self.bias, self.num_layers, self.dropout, self.training, self.bidirectional)
+        if self.cell == "lstm":
+            if batch_sizes is None:
+                out, h_n, c_n = _VF.lstm(x, hx, self._flat_weights, *args, self.batch_first)
+            else:
+                out, h_n, c_n = _VF.lstm(x, batch_sizes, hx, self._flat_weights, *args)
+            return out, h_n, c_n
+        if batch_sizes is None:
+            out, h_n = _VF.gru(x, hx[0], self._flat_weights, *args, self.batch_first)
+        else:
+            out, h_n = _VF.gru(x, batch_sizes, hx[0], self._flat_weights, *args)
+        return out, h_n, None
+
+    # ---- validation --------------------------------------------------------------------
+    def _zero_state(self, batch: int, like: Tensor):
+        shapes = self.spec.state_shapes(batch)
+        h0 = torch.zeros(shapes["h"], dtype=like.dtype, device=like.device)
+        c0 = torch.zeros(shapes["c"], dtype=like.dtype, device=like.device) if self.cell == "lstm" else None
+        return h0, c0
+
+    def _check_backend(self, device: torch.device) -> None:
+        reason = backends.unavailable_reason(self.backend, device)
+        if reason is not None:
+            raise BackendUnavailableError(f"backend {self.backend!r} cannot run on {device}: {reason}")
+
+    def _check_input(self, x: Tensor) -> None:
+        if x.shape[-1] != self.input_size:
+            raise RNNInputError(f"{self.mode}: input has {x.shape[-1]} features (last dimension of shape "
+                                f"{tuple(x.shape)}), expected input_size={self.input_size}")
+        w = self._flat_weights[0]
+        if x.dtype != w.dtype:
+            raise RNNInputError(f"{self.mode}: input dtype {x.dtype} does not match the parameters' dtype "
+                                f"{w.dtype}; convert the input (input.to({w.dtype})) or the module")
+        if x.device != w.device:
+            raise RNNInputError(f"{self.mode}: input is on {x.device} but the parameters are on {w.device}")
+
+    def _hx_tuple(self, hx):
+        if hx is None:
+            return None
+        return hx if self.cell == "lstm" else hx[0]
+
+    def _unsqueeze_hx(self, hx):
+        if hx is None:
+            return None
+        parts = self._split_hx(hx)
+        for name, h in parts:
+            if h.dim() != 2:
+                raise RNNInputError(f"{self.mode}: for unbatched 2-D input, {name} must be 2-D, "
+                                    f"got {h.dim()}-D with shape {tuple(h.shape)}")
+        unsqueezed = tuple(h.unsqueeze(1) for _, h in parts)
+        return unsqueezed if self.cell == "lstm" else unsqueezed[0]
+
+    def _split_hx(self, hx) -> list[tuple[str, Tensor]]:
+        if self.cell == "lstm":
+            if not isinstance(hx, (tuple, list)) or len(hx) != 2 or not all(isinstance(h, Tensor) for h in hx):
+                raise RNNInputError(f"LSTM: hx must be a tuple (h_0, c_0) of two Tensors, got {type(hx).__name__}"
+                                    + (f" of length {len(hx)}" if isinstance(hx, (tuple, list)) else ""))
+            return [("h_0", hx[0]), ("c_0", hx[1])]
+        if not isinstance(hx, Tensor):
+            raise RNNInputError(f"GRU: hx must be a Tensor h_0, got {type(hx).__name__}")
+        return [("h_0", hx)]
+
+    def _check_hx(self, hx, batch: int, x: Tensor, batched: bool):
+        """Validate hx against the (batched) input; return a tuple (h0, c0|None) or None."""
+        if hx is None:
+            return None
+        parts = self._split_hx(hx)
+        shapes = self.spec.state_shapes(batch)
+        expected = {"h_0": shapes["h"], "c_0": shapes.get("c")}
+        for name, h in parts:
+            want = expected[name]
+            if tuple(h.shape) != tuple(want):
+                shown = want if batched else (want[0], want[2])
+                got = tuple(h.shape) if batched else (tuple(h.shape[:1]) + tuple(h.shape[2:]))
+                raise RNNInputError(f"{self.mode}: {name} has shape {got}, expected {tuple(shown)} "
+                                    "(num_layers * num_directions, batch, "
+                                    f"{'proj_size or hidden_size' if name == 'h_0' else 'hidden_size'})")
+            if h.dtype != x.dtype:
+                raise RNNInputError(f"{self.mode}: {name} has dtype {h.dtype}, expected {x.dtype} (the input's)")
+            if h.device != x.device:
+                raise RNNInputError(f"{self.mode}: {name} is on {h.device}, expected {x.device} (the input's)")
+        return (parts[0][1], parts[1][1] if len(parts) == 2 else None)
+
+    def _check_lengths(self, lengths, batch: int, seq_len: int, device) -> Tensor:
+        lengths = torch.as_tensor(lengths)
+        if lengths.dim() != 1 or lengths.shape[0] != batch:
+            raise RNNInputError(f"lengths must be 1-D with one entry per sequence ({batch}), "
+                                f"got shape {tuple(lengths.shape)}")
+        if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
+            raise RNNInputError(f"lengths must be integers, got dtype {lengths.dtype}")
+        lo, hi = int(lengths.min()), int(lengths.max())
+        if lo < 1 or hi > seq_len:
+            raise RNNInputError(f"lengths must be in [1, T={seq_len}], got min {lo} and max {hi}")
+        return lengths.to(device=device, dtype=torch.int64)
+
+
+class LSTM(_RNNBase):
+    """Drop-in `nn.LSTM` with a selectable backend (see `torch_impl.BACKENDS`).
+
+    c' = f * c + i * g,  h' = o * tanh(c')  (h' = W_hr (o * tanh(c')) with proj_size),
+    i, f, o = sigmoid(.), g = tanh(.) of W_ih x + b_ih + W_hh h + b_hh, gate order i, f, g, o.
+    Returns (output, (h_n, c_n)).
+    """
+
+    mode = "LSTM"
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 proj_size: int = 0, device=None, dtype=None, *, backend: str = "eager"):
+        super().__init__("lstm", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, proj_size, device, dtype, backend=backend)
+
+
+class GRU(_RNNBase):
+    """Drop-in `nn.GRU` with a selectable backend (see `torch_impl.BACKENDS`).
+
+    r, z = sigmoid(W_i{r,z} x + b_i{r,z} + W_h{r,z} h + b_h{r,z}),
+    n = tanh(W_in x + b_in + r * (W_hn h + b_hn)),  h' = (1 - z) * n + z * h.
+    Returns (output, h_n).
+    """
+
+    mode = "GRU"
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 device=None, dtype=None, *, backend: str = "eager"):
+        super().__init__("gru", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, 0, device, dtype, backend=backend)
