@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from shared.converters import (ConversionError, effective_biases, flax_carry, from_flax_linen,
-                               from_flax_linen_model, from_flax_nnx, from_flax_nnx_model, to_flax_linen,
-                               to_flax_linen_model, to_flax_nnx, to_flax_nnx_model)
+                               from_flax_linen_model, from_flax_nnx, from_flax_nnx_model, from_keras,
+                               from_keras_model, from_onnx, from_onnx_layer, to_flax_linen, to_flax_linen_model,
+                               to_flax_nnx, to_flax_nnx_model, to_keras, to_keras_model, to_onnx)
 from shared.params import init_params
 from shared.spec import RNNSpec
 
@@ -277,3 +278,248 @@ def test_flax_back_to_bias_false_requires_zero_biases():
     zero = to_flax_linen(nobias, params_for(nobias))
     assert all(np.all(zero["params"][f"h{g}"]["bias"] == 0) for g in "ifgo")
     assert set(from_flax_linen(nobias, zero)) == {"weight_ih_l0", "weight_hh_l0"}
+
+
+# ---------------------------------------------------------------- whole-model torch ----
+
+def torch_model(spec: RNNSpec, params: dict, x, h0, c0=None):
+    """`torch.nn.LSTM`/`GRU` in float64 on the canonical params: (output, h_n, c_n)."""
+    torch = pytest.importorskip("torch")
+    cls = torch.nn.LSTM if spec.cell == "lstm" else torch.nn.GRU
+    model = cls(**spec.torch_kwargs(), dtype=torch.float64)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in params.items()})
+    with torch.no_grad():
+        if spec.cell == "lstm":
+            out, (h_n, c_n) = model(torch.from_numpy(x), (torch.from_numpy(h0), torch.from_numpy(c0)))
+            return out.numpy(), h_n.numpy(), c_n.numpy()
+        out, h_n = model(torch.from_numpy(x), torch.from_numpy(h0))
+        return out.numpy(), h_n.numpy(), None
+
+
+def sequence_inputs(spec: RNNSpec, seed: int = 3, steps: int = 4):
+    rng = np.random.default_rng(seed)
+    n = spec.num_layers * spec.num_directions
+    x = rng.standard_normal((steps, BATCH, spec.input_size))
+    h0 = rng.standard_normal((n, BATCH, spec.hidden_size))
+    c0 = rng.standard_normal((n, BATCH, spec.hidden_size)) if spec.cell == "lstm" else None
+    return x, h0, c0
+
+
+def sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def assert_model_matches_torch(spec, params, got):
+    x, h0, c0 = sequence_inputs(spec)
+    expected = torch_model(spec, params, x, h0, c0)
+    out, h_n, c_n = got(x, h0, c0)
+    np.testing.assert_allclose(out, expected[0], rtol=0, atol=ATOL64)
+    np.testing.assert_allclose(h_n, expected[1], rtol=0, atol=ATOL64)
+    if spec.cell == "lstm":
+        np.testing.assert_allclose(c_n, expected[2], rtol=0, atol=ATOL64)
+
+
+# ---------------------------------------------------------------- ONNX ----------------
+
+def onnx_node_forward(node: dict, X, initial_h, initial_c=None):
+    """ONNX LSTM/GRU operator semantics (onnx.ai operator spec), layout 0: returns Y, Y_h, Y_c.
+
+    LSTM gates i,o,f,c; GRU gates z,r,h with linear_before_reset=1.
+    """
+    W, R, B, attrs = node["W"], node["R"], node["B"], node["attributes"]
+    H = attrs["hidden_size"]
+    D = 2 if attrs["direction"] == "bidirectional" else 1
+    T = X.shape[0]
+    Y = np.zeros((T, D, X.shape[1], H))
+    Y_h, Y_c = np.zeros_like(initial_h), np.zeros_like(initial_h)
+    for d in range(D):
+        Wb, Rb = B[d, :B.shape[1] // 2], B[d, B.shape[1] // 2:]
+        Ht = initial_h[d]
+        Ct = None if initial_c is None else initial_c[d]
+        for t in (range(T) if d == 0 else reversed(range(T))):
+            Xt = X[t]
+            if node["op_type"] == "LSTM":
+                gx = Xt @ W[d].T + Ht @ R[d].T + Wb + Rb
+                i, o, f, c = (gx[..., k * H:(k + 1) * H] for k in range(4))
+                Ct = sigmoid(f) * Ct + sigmoid(i) * np.tanh(c)
+                Ht = sigmoid(o) * np.tanh(Ct)
+            else:
+                assert attrs["linear_before_reset"] == 1
+                Wz, Wr, Wh = np.split(W[d], 3)
+                Rz, Rr, Rh = np.split(R[d], 3)
+                Wbz, Wbr, Wbh = np.split(Wb, 3)
+                Rbz, Rbr, Rbh = np.split(Rb, 3)
+                z = sigmoid(Xt @ Wz.T + Ht @ Rz.T + Wbz + Rbz)
+                r = sigmoid(Xt @ Wr.T + Ht @ Rr.T + Wbr + Rbr)
+                h = np.tanh(Xt @ Wh.T + r * (Ht @ Rh.T + Rbh) + Wbh)
+                Ht = (1 - z) * h + z * Ht
+            Y[t, d] = Ht
+        Y_h[d] = Ht
+        if Ct is not None:
+            Y_c[d] = Ct
+    return Y, Y_h, Y_c
+
+
+def onnx_graph_forward(spec, nodes, x, h0, c0):
+    """Chain one ONNX node per layer, reshaping Y [T, D, B, H] -> [T, B, D*H] between layers."""
+    D = spec.num_directions
+    h_n, c_n = np.zeros_like(h0), (None if c0 is None else np.zeros_like(c0))
+    for layer, node in enumerate(nodes):
+        rows = slice(layer * D, (layer + 1) * D)
+        Y, Y_h, Y_c = onnx_node_forward(node, x, h0[rows], None if c0 is None else c0[rows])
+        x = Y.transpose(0, 2, 1, 3).reshape(Y.shape[0], Y.shape[2], -1)
+        h_n[rows] = Y_h
+        if c0 is not None:
+            c_n[rows] = Y_c
+    return x, h_n, c_n
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_onnx_round_trip_is_exact(name):
+    spec = SPECS[name]
+    params = with_nonzero_biases(spec, params_for(spec)) if spec.bias else params_for(spec)
+    nodes = to_onnx(spec, params)
+    assert len(nodes) == spec.num_layers
+    back = from_onnx(spec, nodes)
+    assert list(back) == spec.param_names()
+    for k in params:  # both biases survive: arrays come back identical
+        np.testing.assert_array_equal(back[k], params[k], err_msg=k)
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_onnx_equations_match_torch(name):
+    spec = SPECS[name]
+    params = with_nonzero_biases(spec, params_for(spec)) if spec.bias else params_for(spec)
+    nodes = to_onnx(spec, params)
+    G, H, D = spec.num_gates, spec.hidden_size, spec.num_directions
+    for layer, node in enumerate(nodes):
+        assert node["op_type"] == ("LSTM" if spec.cell == "lstm" else "GRU")
+        assert node["W"].shape == (D, G * H, spec.layer_input_size(layer))
+        assert node["R"].shape == (D, G * H, H) and node["B"].shape == (D, 2 * G * H)
+        assert node["attributes"]["direction"] == ("bidirectional" if spec.bidirectional else "forward")
+        assert node["attributes"].get("linear_before_reset") == (1 if spec.cell == "gru" else None)
+    assert_model_matches_torch(spec, params, lambda x, h0, c0: onnx_graph_forward(spec, nodes, x, h0, c0))
+
+
+def test_onnx_errors_name_the_problem():
+    proj = RNNSpec("lstm", 3, 4, proj_size=2)
+    with pytest.raises(ConversionError, match="ONNX LSTM cannot hold weight_hr.*proj_size=2"):
+        to_onnx(proj, params_for(proj))
+    gru = SPECS["gru"]
+    node = to_onnx(gru, params_for(gru))[0]
+    with pytest.raises(ConversionError, match="linear_before_reset=0"):
+        from_onnx_layer(gru, {**node, "attributes": {**node["attributes"], "linear_before_reset": 0}})
+    with pytest.raises(ConversionError, match="direction='bidirectional'"):
+        from_onnx_layer(gru, {**node, "attributes": {**node["attributes"], "direction": "bidirectional"}})
+    with pytest.raises(ConversionError, match=r"R has shape \(1, 12, 3\), expected \(1, 12, 4\)"):
+        from_onnx_layer(gru, {**node, "R": node["R"][:, :, :3]})
+    with pytest.raises(ConversionError, match=r"missing: \['W'\]"):
+        from_onnx_layer(gru, {k: v for k, v in node.items() if k != "W"})
+    with pytest.raises(ConversionError, match="op_type is 'LSTM'"):
+        from_onnx_layer(gru, {**node, "op_type": "LSTM"})
+    with pytest.raises(ConversionError, match="list of 1 layer dicts, got 2 layers"):
+        from_onnx(gru, [node, node])
+    lstm = SPECS["lstm"]
+    lnode = to_onnx(lstm, params_for(lstm))[0]
+    with pytest.raises(ConversionError, match="peepholes"):
+        from_onnx_layer(lstm, {**lnode, "P": np.ones((1, 12))})
+    # B absent means zeros: converts into a bias=False spec
+    nobias = SPECS["lstm_nobias"]
+    assert set(from_onnx_layer(nobias, {k: v for k, v in lnode.items() if k != "B"})) == {
+        "weight_ih_l0", "weight_hh_l0"}
+    with pytest.raises(ConversionError, match="non-zero biases but the spec has bias=False"):
+        from_onnx_layer(nobias, to_onnx(lstm, with_nonzero_biases(lstm, params_for(lstm)))[0])
+
+
+# ---------------------------------------------------------------- Keras ---------------
+
+def keras_layer_forward(spec, w: dict, xs, h, c=None, go_backwards=False):
+    """Keras 3 LSTM / GRU(reset_after=True) cell equations over a sequence (time-major here).
+
+    Returns outputs aligned with the input time steps (as keras.layers.Bidirectional
+    re-reverses the backward layer's outputs), and the final h, c.
+    """
+    H = spec.hidden_size
+    bias = w.get("bias")
+    steps = reversed(range(len(xs))) if go_backwards else range(len(xs))
+    out = np.zeros((len(xs), xs.shape[1], H))
+    for t in steps:
+        x = xs[t]
+        if spec.cell == "lstm":  # gates i, f, c, o
+            zz = x @ w["kernel"] + h @ w["recurrent_kernel"] + (0 if bias is None else bias)
+            i, f, cc, o = np.split(zz, 4, axis=-1)
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(cc)
+            h = sigmoid(o) * np.tanh(c)
+        else:  # gates z, r, h; reset_after: r multiplies (h @ U_h + b_rec_h)
+            mx = x @ w["kernel"] + (0 if bias is None else bias[0])
+            mh = h @ w["recurrent_kernel"] + (0 if bias is None else bias[1])
+            x_z, x_r, x_h = np.split(mx, 3, axis=-1)
+            h_z, h_r, h_h = np.split(mh, 3, axis=-1)
+            z, r = sigmoid(x_z + h_z), sigmoid(x_r + h_r)
+            hh = np.tanh(x_h + r * h_h)
+            h = z * h + (1 - z) * hh
+        out[t] = h
+    return out, h, c
+
+
+def keras_model_forward(spec, weights: dict, x, h0, c0):
+    h_n, c_n = np.zeros_like(h0), (None if c0 is None else np.zeros_like(c0))
+    for layer in range(spec.num_layers):
+        outs = []
+        for d in range(spec.num_directions):
+            idx = layer * spec.num_directions + d
+            out, h, c = keras_layer_forward(spec, weights[spec.suffix(layer, d)], x, h0[idx],
+                                            None if c0 is None else c0[idx], go_backwards=d == 1)
+            outs.append(out)
+            h_n[idx] = h
+            if c0 is not None:
+                c_n[idx] = c
+        x = np.concatenate(outs, axis=-1)
+    return x, h_n, c_n
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_keras_round_trip(name):
+    spec = SPECS[name]
+    params = with_nonzero_biases(spec, params_for(spec)) if spec.bias else params_for(spec)
+    back = from_keras_model(spec, to_keras_model(spec, params))
+    assert list(back) == spec.param_names()
+    assert_same_function(spec, params, back)
+    if spec.cell == "gru":  # GRU keeps both biases: exact
+        for k in params:
+            np.testing.assert_array_equal(back[k], params[k], err_msg=k)
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_keras_equations_match_torch(name):
+    spec = SPECS[name]
+    params = with_nonzero_biases(spec, params_for(spec)) if spec.bias else params_for(spec)
+    weights = to_keras_model(spec, params)
+    G, H = spec.num_gates, spec.hidden_size
+    for (layer, d) in spec.layers_and_directions():
+        w = weights[spec.suffix(layer, d)]
+        assert w["kernel"].shape == (spec.layer_input_size(layer), G * H)
+        assert w["recurrent_kernel"].shape == (H, G * H)
+        assert ("bias" in w) == spec.bias
+        if spec.bias:
+            assert w["bias"].shape == ((G * H,) if spec.cell == "lstm" else (2, G * H))
+    assert_model_matches_torch(spec, params, lambda x, h0, c0: keras_model_forward(spec, weights, x, h0, c0))
+
+
+def test_keras_errors_name_the_problem():
+    proj = RNNSpec("lstm", 3, 4, proj_size=2)
+    with pytest.raises(ConversionError, match="Keras LSTM cannot hold weight_hr"):
+        to_keras(proj, params_for(proj))
+    gru = SPECS["gru"]
+    w = to_keras(gru, params_for(gru))
+    with pytest.raises(ConversionError, match="reset_after=False"):
+        from_keras(gru, {**w, "bias": w["bias"][0]})
+    with pytest.raises(ConversionError, match=r"kernel has shape \(4, 12\), expected \(3, 12\)"):
+        from_keras(gru, {**w, "kernel": np.zeros((4, 12))})
+    with pytest.raises(ConversionError, match="missing: recurrent_kernel"):
+        from_keras(gru, {k: v for k, v in w.items() if k != "recurrent_kernel"})
+    lstm, nobias = SPECS["lstm"], SPECS["lstm_nobias"]
+    with pytest.raises(ConversionError, match="non-zero biases but the spec has bias=False"):
+        from_keras(nobias, to_keras(lstm, with_nonzero_biases(lstm, params_for(lstm))))
+    zero_bias = {**to_keras(lstm, params_for(lstm)), "bias": np.zeros(16)}
+    assert set(from_keras(nobias, zero_bias)) == {"weight_ih_l0", "weight_hh_l0"}
