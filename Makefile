@@ -11,7 +11,7 @@ STAMP := $(VENV)/.stamp-$(shell cat $(DEPS) | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
-.PHONY: venv run test parity bench bench-quick bench-publish vectors gpu-check clean
+.PHONY: venv run test parity bench bench-quick bench-publish vectors vectors-check gpu-check clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,9 @@ parity: venv
 
 vectors: venv
 	$(PY) -m shared.vectors
+
+vectors-check: venv
+	$(PY) -m shared.vectors --check
 
 gpu-check: venv
 	bash scripts/gpu_check.sh
