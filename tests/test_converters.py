@@ -9,8 +9,14 @@ those formats' equations (written from their specs) in NumPy.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared.converters import (ConversionError, effective_biases, flax_carry, from_flax_linen,
                                from_flax_linen_model, from_flax_nnx, from_flax_nnx_model, from_keras,
@@ -523,3 +529,75 @@ def test_keras_errors_name_the_problem():
         from_keras(nobias, to_keras(lstm, with_nonzero_biases(lstm, params_for(lstm))))
     zero_bias = {**to_keras(lstm, params_for(lstm)), "bias": np.zeros(16)}
     assert set(from_keras(nobias, zero_bias)) == {"weight_ih_l0", "weight_hh_l0"}
+
+
+# ---------------------------------------------------------------- properties ----------
+
+@st.composite
+def specs_and_params(draw):
+    spec = RNNSpec(draw(st.sampled_from(["lstm", "gru"])), draw(st.integers(1, 4)), draw(st.integers(1, 4)),
+                   num_layers=draw(st.integers(1, 3)), bias=draw(st.booleans()),
+                   bidirectional=draw(st.booleans()))
+    params = params_for(spec, draw(st.integers(0, 2**16)))
+    if spec.bias:
+        params = with_nonzero_biases(spec, params, draw(st.integers(0, 2**16)))
+    return spec, params
+
+
+@settings(max_examples=40, deadline=None)
+@given(specs_and_params())
+def test_every_converter_round_trips_the_function(case):
+    spec, params = case
+    assert_same_function(spec, params, from_flax_linen_model(spec, to_flax_linen_model(spec, params)))
+    assert_same_function(spec, params, from_keras_model(spec, to_keras_model(spec, params)))
+    assert_same_function(spec, params, from_onnx(spec, to_onnx(spec, params)))
+    cell_types = ["LSTMCell", "OptimizedLSTMCell"] if spec.cell == "lstm" else ["GRUCell"]
+    if spec.cell == "gru" and spec.bias:
+        with pytest.raises(ConversionError, match="b_hn"):
+            to_flax_nnx_model(spec, params)
+        for l, d in spec.layers_and_directions():
+            params[f"bias_hh_{spec.suffix(l, d)}"][2 * spec.hidden_size:] = 0.0
+    for cell_type in cell_types:
+        trees = to_flax_nnx_model(spec, params, cell_type=cell_type)
+        assert_same_function(spec, params, from_flax_nnx_model(spec, trees))
+
+
+def test_dtype_argument_and_fresh_arrays():
+    spec = SPECS["lstm"]
+    params = params_for(spec)
+    for tree in (to_flax_linen(spec, params, dtype=np.float32), to_flax_nnx(spec, params, dtype=np.float32),
+                 to_keras(spec, params, dtype=np.float32), to_onnx(spec, params, dtype=np.float32)[0]):
+        leaves = [v for v in _leaves(tree) if isinstance(v, np.ndarray)]
+        assert leaves and all(v.dtype == np.float32 for v in leaves)
+    tree = to_flax_linen(spec, params)
+    assert tree["params"]["ii"]["kernel"].dtype == np.float64
+    tree["params"]["ii"]["kernel"][:] = 7.0  # the caller owns the arrays: params unchanged
+    assert not np.any(params["weight_ih_l0"] == 7.0)
+    back = from_keras(spec, to_keras(spec, params), dtype=np.float32)
+    assert all(v.dtype == np.float32 for v in back.values())
+
+
+def test_flax_carry_layout():
+    spec = SPECS["lstm_bi2"]
+    _, h0, c0 = random_inputs(spec, 0)
+    c, h = flax_carry(spec, h0, c0, layer=1, direction=1)  # (c, h): c first
+    np.testing.assert_array_equal(c, c0[3])
+    np.testing.assert_array_equal(h, h0[3])
+    with pytest.raises(ConversionError, match="c0 is required"):
+        flax_carry(spec, h0)
+    np.testing.assert_array_equal(flax_carry(SPECS["gru"], h0[:1]), h0[0])
+
+
+def test_import_does_not_pull_in_torch_or_jax():
+    code = "import sys, shared.converters; print(sorted(m for m in ('torch', 'jax', 'flax') if m in sys.modules))"
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root).stdout
+    assert out.strip() == "[]"
+
+
+def _leaves(tree):
+    if isinstance(tree, dict):
+        for v in tree.values():
+            yield from _leaves(v)
+    else:
+        yield tree

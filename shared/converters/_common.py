@@ -37,11 +37,6 @@ def reject_projection(spec: RNNSpec, target: str) -> None:
             f"projection, so the model cannot be represented")
 
 
-def check_cell(spec: RNNSpec, cell: str) -> None:
-    if spec.cell != cell:
-        raise ConversionError(f"this conversion is for cell={cell!r}, but the spec has cell={spec.cell!r}")
-
-
 def layer_arrays(spec: RNNSpec, params: Mapping, suffix: str) -> dict[str, np.ndarray]:
     """The canonical arrays of one layer/direction as float64, keyed by role.
 
