@@ -1,0 +1,13 @@
+"""The comparative study: implementation x cell x workload, measured side by side.
+
+- `workloads`: the reference workloads (S1, S2, S3, the quick and GPU profiles, the sweeps),
+  shared with the asv suites in `benchmarks/`;
+- `worker`: one measurement in its own process (`python -m shared.study.worker`);
+- `runner`: runs the jobs in subprocesses with a timeout and appends JSON lines;
+- `machine`: what the report says about this machine;
+- `table`, `plots`, `report`: the table, the figures and `report.md`;
+- `cli`: `rnnbench compare` and `rnnbench ladder`.
+
+Nothing here imports torch or jax at module import time: only the worker does, inside
+its own subprocess.
+"""

@@ -1,0 +1,184 @@
+"""`rnnbench compare` (the study behind `make run`) and `rnnbench ladder`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from .. import registry
+from ..spec import CELLS
+from .threads import DEFAULT_THREADS
+from .workloads import SWEEP_LEVELS, resolve
+
+DEFAULT_WORKLOADS = "S1,S2"
+REPORTS = Path("reports")
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _cells(value: str) -> list[str]:
+    cells = _csv(value)
+    bad = [c for c in cells if c not in CELLS]
+    if bad or not cells:
+        raise argparse.ArgumentTypeError(f"cells must be among {', '.join(CELLS)}, got {value!r}")
+    return cells
+
+
+def _impls(value: str) -> list[str] | None:
+    if value in ("all", ""):
+        return None
+    names = _csv(value)
+    for n in names:
+        try:
+            registry.get(n)
+        except registry.UnknownImplementationError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return names
+
+
+def _workloads(value: str):
+    try:
+        return resolve(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_int(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def _add_measure_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--impls", type=_impls, default=None,
+                   help="comma-separated implementations (default: every one available here)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--repeats", type=_positive_int, default=10, help="timed calls per phase at most (default 10)")
+    p.add_argument("--budget", type=float, default=2.0,
+                   help="seconds per timed phase after which timing stops (after at least 3 calls; default 2)")
+    p.add_argument("--timeout", type=float, default=150.0, help="seconds per measurement process (default 150)")
+    p.add_argument("--threads", type=_positive_int, default=DEFAULT_THREADS,
+                   help=f"threads for both frameworks (default {DEFAULT_THREADS})")
+    p.add_argument("--max-memory-gb", type=float, default=None,
+                   help="kill a measurement whose processes exceed this (default: 80%% of memory)")
+    p.add_argument("--out", type=Path, default=None, help="report directory (default reports/<timestamp>)")
+    p.add_argument("--resume", action="store_true", help="continue --out (default: the latest report), "
+                   "skipping what is recorded")
+    p.add_argument("--retry-failed", action="store_true", help="with --resume, measure failed rows again")
+    p.add_argument("--no-parity", dest="parity", action="store_false", help="skip the parity column")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare", help="the comparative study: implementation x cell x workload, table + report with plots",
+        description="Measure every implementation x cell x workload, each in its own subprocess, appending "
+                    "JSON lines; then print the table and write report.md, CSV and plots.")
+    p.add_argument("--cells", type=_cells, default=list(CELLS), help="comma-separated: lstm,gru (default both)")
+    p.add_argument("--workloads", type=_workloads, default=None,
+                   help=f"workload or profile names (quick, cpu, gpu, S1, S2, S3, ...; default {DEFAULT_WORKLOADS}, "
+                        "gpu profile with --device cuda)")
+    p.add_argument("--sweeps", choices=SWEEP_LEVELS, default="small",
+                   help="T and B sweeps for the plots (LSTM, --sweep-impls only): none, small (default), full")
+    p.add_argument("--sweep-impls", type=_impls, default=None,
+                   help="implementations in the sweeps (default torch.eager,torch.autograd,torch.native,jax.scan)")
+    _add_measure_options(p)
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser(
+        "ladder", help="the ladder (naive -> ... -> native) for one cell: what each rung buys",
+        description="Run (or read with --from) only the ladder for one cell and workload; print and plot it.")
+    p.add_argument("--cell", choices=CELLS, default="lstm")
+    p.add_argument("--workload", default="S1", help="workload name (default S1)")
+    p.add_argument("--from", dest="from_", type=Path, default=None,
+                   help="read this results.jsonl instead of measuring")
+    _add_measure_options(p)
+    p.set_defaults(func=cmd_ladder)
+
+
+def _out_dir(args, prefix: str = "") -> Path:
+    if args.out is not None:
+        return args.out
+    if args.resume:
+        previous = sorted(p.parent for p in REPORTS.glob("*/results.jsonl"))
+        if not previous:
+            raise SystemExit("--resume: no previous report under reports/; pass --out DIR")
+        return previous[-1]
+    return REPORTS / (prefix + datetime.now().strftime("%Y%m%d-%H%M%S"))
+
+
+def _config(args, out: Path, **overrides):
+    from .runner import DEFAULT_SWEEP_IMPLS, StudyConfig
+
+    kw = dict(out=out, impls=args.impls, device=args.device, dtype=args.dtype, threads=args.threads,
+              repeats=args.repeats, budget_s=args.budget, timeout=args.timeout, max_memory_gb=args.max_memory_gb,
+              parity=args.parity, resume=args.resume, retry_failed=args.retry_failed,
+              argv=sys.argv[1:] if sys.argv and sys.argv[0].endswith(("rnnbench", "cli.py", "__main__.py")) else None)
+    kw.update(overrides)
+    kw.setdefault("sweep_impls", DEFAULT_SWEEP_IMPLS)
+    return StudyConfig(**kw)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(width=max(Console().width, 160))
+
+
+def cmd_compare(args) -> int:
+    from .report import write_report
+    from .runner import DEFAULT_SWEEP_IMPLS, read_records, run_study
+    from .table import collect, rich_table, table_rows
+
+    workloads = args.workloads or resolve("gpu" if args.device == "cuda" else DEFAULT_WORKLOADS)
+    out = _out_dir(args)
+    config = _config(args, out, cells=args.cells, workloads=workloads, sweeps=args.sweeps,
+                     sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS))
+    results = run_study(config, progress=args.progress)
+    res = collect(read_records(results))
+    console = _console()
+    console.print(rich_table([r for r in table_rows(res) if r["group"] == "main"],
+                             title=f"rnnbench compare ({args.device}, {args.threads} threads, ratios to torch.native "
+                                   "from this run)"))
+    for name, reason in res.unavailable.items():
+        console.print(f"[dim]unavailable: {name}: {reason}[/dim]")
+    report = write_report(results, command="rnnbench " + " ".join(sys.argv[1:]) if config.argv else None)
+    console.print(f"report: {report}")
+    return 0
+
+
+def cmd_ladder(args) -> int:
+    from .plots import plot_ladder
+    from .runner import read_records, run_study
+    from .table import collect, ladder, ladder_markdown, ladder_rich
+
+    if args.from_ is not None:
+        if not args.from_.exists():
+            raise SystemExit(f"--from {args.from_}: no such file")
+        results = args.from_
+        out = args.out or args.from_.parent
+    else:
+        out = _out_dir(args, prefix="ladder-")
+        config = _config(args, out, cells=[args.cell], workloads=_workloads(args.workload), sweeps="none")
+        results = run_study(config, progress=args.progress)
+    res = collect(read_records(results))
+    workload, rows = ladder(res, args.cell, args.workload)
+    if not rows:
+        print(f"no {args.cell} measurements on {args.workload} in {results}", file=sys.stderr)
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    console = _console()
+    console.print(ladder_rich(rows, f"{args.cell.upper()} ladder on {workload}: what each rung buys"))
+    for name, reason in res.unavailable.items():
+        console.print(f"[dim]unavailable: {name}: {reason}[/dim]")
+    png = plot_ladder(res, args.cell, out / f"ladder_{args.cell}.png", workload)
+    (out / f"ladder_{args.cell}.md").write_text(f"# {args.cell.upper()} ladder on {workload}\n\n"
+                                                 + ladder_markdown(rows) + "\n")
+    console.print(f"plot: {png}")
+    return 0

@@ -1,0 +1,126 @@
+"""The report directory: report.md (machine, roof, table, failures, ladders, plots) + CSV."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import plots
+from .runner import read_records
+from .table import (Results, collect, fmt, ladder, ladder_markdown, markdown_table, parity_note, table_rows,
+                    write_csv)
+
+
+def _machine_section(res: Results) -> list[str]:
+    meta = res.metas[-1] if res.metas else {}
+    m = meta.get("machine", {})
+    versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
+    lines = ["## Machine", ""]
+    cpu = m.get("cpu", "unknown")
+    feats = [f for f, on in (("AVX-512", m.get("avx512")), ("AMX", m.get("amx"))) if on]
+    lines.append(f"- CPU: {cpu}" + (f" ({', '.join(feats)})" if feats else "")
+                 + f"; {m.get('usable_cpus')} usable of {m.get('logical_cpus')} logical CPUs"
+                 + (f"; {m['memory_gib']:.0f} GiB memory" if m.get("memory_gib") else ""))
+    if m.get("gpu"):
+        lines.append(f"- GPU: {m['gpu']}")
+    lines.append(f"- Threads: {meta.get('threads')} for both frameworks (torch.set_num_threads, OMP/MKL_NUM_THREADS, "
+                 f"XLA_FLAGS intra-op threads, CPU affinity where the machine has more cores)")
+    lines.append(f"- Device: {meta.get('device')}, dtype {meta.get('dtype')}")
+    lines.append(f"- Libraries: {versions}; Python {m.get('python')}; {m.get('os')}")
+    if m.get("git_commit"):
+        lines.append(f"- rnnbench commit: {m['git_commit']}")
+    if meta.get("argv") is not None:
+        lines.append(f"- Command: `rnnbench {' '.join(meta['argv'])}`")
+    lines.append(f"- Timing: first call (trace + compile) timed apart; then {meta.get('repeats')} timed calls "
+                 f"per phase at most (at least 3; fewer past {meta.get('budget_s')} s), medians reported; "
+                 f"one subprocess per measurement, timeout {meta.get('timeout')} s")
+    if len(res.metas) > 1:
+        lines.append(f"- Measured over {len(res.metas)} sessions (resumed); ratios still pair rows of this file")
+    return lines + [""]
+
+
+def _roof_section(res: Results) -> list[str]:
+    if not res.roofs:
+        return ["## GEMM roof", "", "Not measured in this run.", ""]
+    lines = ["## GEMM roof (measured in this run)", "",
+             "GFLOP/s of the GEMMs each workload needs: the recurrent step GEMM (B x H) x (H x G*H) and the "
+             "input projection over all steps (T*B x I) x (I x G*H), with `torch.mm` (MKL / cuBLAS) and with "
+             "oneDNN on a prepacked weight (`torch.ops.mkldnn._linear_pointwise`). The workload roof is the "
+             "forward FLOPs over the time of those GEMMs (one input GEMM + T step GEMMs); the table's "
+             "fractions are relative to the best library's roof, named in the last column.", "",
+             "| cell | workload | step GEMM | mm | oneDNN | input GEMM | mm | oneDNN | roof mm | roof oneDNN | fractions relative to |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|---:|---|"]
+    for (cell, wl, _), r in res.roofs.items():
+        lines.append(f"| {cell} | {wl} | {'x'.join(map(str, r['step_shape']))} | {fmt(r.get('step_mm_gflops'), 'g')} | "
+                     f"{fmt(r.get('step_onednn_gflops'), 'g')} | {'x'.join(map(str, r['input_shape']))} | "
+                     f"{fmt(r.get('input_mm_gflops'), 'g')} | {fmt(r.get('input_onednn_gflops'), 'g')} | "
+                     f"{fmt(r.get('roof_mm_gflops'), 'g')} | {fmt(r.get('roof_onednn_gflops'), 'g')} | {r.get('best')} |")
+    return lines + ["", "(shapes M x K x N; GFLOP/s)", ""]
+
+
+def write_report(results_path: Path, out_dir: Path | None = None, *, command: str | None = None) -> Path:
+    """Write report.md, results.csv and the plots next to `results_path`; return report.md's path."""
+    results_path = Path(results_path)
+    out = Path(out_dir) if out_dir else results_path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    res = collect(read_records(results_path))
+    rows = table_rows(res)
+    write_csv(rows, out / "results.csv")
+    main_rows = [r for r in rows if r["group"] == "main"]
+    sweep_rows = [r for r in rows if r["group"] != "main"]
+
+    figures = {
+        "ratio_to_native.png": plots.plot_ratio_to_native(res, out / "ratio_to_native.png"),
+        "time_vs_seq_len.png": plots.plot_time_vs_seq_len(res, out / "time_vs_seq_len.png"),
+        "time_vs_batch.png": plots.plot_time_vs_batch(res, out / "time_vs_batch.png"),
+    }
+    cells = list(dict.fromkeys(r["cell"] for r in main_rows))
+    for cell in cells:
+        figures[f"ladder_{cell}.png"] = plots.plot_ladder(res, cell, out / f"ladder_{cell}.png")
+
+    lines = ["# rnnbench study", "", f"Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}"
+             + (f" by `{command}`" if command else "") + ".", ""]
+    lines += _machine_section(res)
+    lines += _roof_section(res)
+    lines += ["## Results", "",
+              "Median times; `×native` is the ratio to `torch.native` of the same cell and workload measured in "
+              "this run (lower is faster). GFLOP/s from `RNNSpec.flops` (fwd+bwd counts 3x the forward FLOPs). "
+              "`roof` is the fraction of the GEMM roof above. `1st` columns: the first call, trace + compile "
+              "included. Parity: max abs error of outputs and gradients against the float64 reference "
+              "(float32 tolerance 2e-05).", "", markdown_table(main_rows), ""]
+    notes = {parity_note(res, r["impl"], r["cell"]) for r in main_rows} - {None}
+    if notes:
+        lines += [f"Parity cases: {'; '.join(sorted(notes))}.", ""]
+    failed = [r for r in rows if r["status"] == "failed"]
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    if failed:
+        lines += ["## Failures", ""] + [f"- {r['impl']} {r['cell']} {r['workload']}: {r['reason']}" for r in failed] + [""]
+    if skipped:
+        lines += ["## Skipped", ""] + [f"- {r['impl']} {r['cell']} {r['workload']}: {r['reason']}" for r in skipped] + [""]
+    if res.unavailable:
+        lines += ["## Unavailable here", ""] + [f"- {n}: {why}" for n, why in res.unavailable.items()] + [""]
+    if figures["ratio_to_native.png"]:
+        lines += ["## Ratio to native", "", "![time relative to torch.native](ratio_to_native.png)", ""]
+    for cell in cells:
+        workload, lrows = ladder(res, cell)
+        if not lrows:
+            continue
+        lines += [f"## The {cell.upper()} ladder ({workload})", "",
+                  "Each rung's fwd+bwd time and the speedup it buys over the rung below it (same framework).", "",
+                  ladder_markdown(lrows), ""]
+        if figures.get(f"ladder_{cell}.png"):
+            lines += [f"![{cell} ladder](ladder_{cell}.png)", ""]
+    lines += ["## Time against sequence length and batch size", ""]
+    for name, what in (("time_vs_seq_len.png", "T"), ("time_vs_batch.png", "B")):
+        if figures[name]:
+            lines += [f"![time against {what}]({name})", ""]
+        else:
+            lines += [f"No {what} sweep in these results (run `rnnbench compare --sweeps small`).", ""]
+    if sweep_rows:
+        lines += ["<details><summary>Sweep measurements</summary>", "", markdown_table(sweep_rows), "",
+                  "</details>", ""]
+    lines += ["## Files", "", "- `results.jsonl`: every record as measured (append-only; `--resume` continues it)",
+              "- `results.csv`: the table above, one row per measurement", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines))
+    return report

@@ -1,0 +1,357 @@
+"""Run jobs in subprocesses with a timeout, and the study loop that appends JSON lines.
+
+Every measurement runs in its own `python -m shared.study.worker` process, in its own
+session (process group), so that a crash, a hang (timeout) or a process tree that grows
+past the memory limit is killed with everything it started (torch.compile's workers
+included) and recorded as a failure with its reason; the study goes on.  Records are
+appended to `results.jsonl` and flushed as soon as they exist, so Ctrl-C or a crash of
+the study itself loses nothing, and `--resume` skips the keys already recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import registry
+from ..spec import RNNSpec
+from .threads import DEFAULT_THREADS, thread_env
+from .workloads import Workload, sweep
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+FINAL_STATUSES = ("ok", "failed", "skipped")
+
+
+# ---- one subprocess --------------------------------------------------------------------
+def _tree_rss(proc) -> int:
+    """Resident memory of a process and all its descendants (bytes)."""
+    import psutil
+
+    try:
+        root = psutil.Process(proc.pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def _kill_group(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _exit_description(rc: int) -> str:
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
+        hint = " (likely the kernel's out-of-memory killer)" if -rc == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exit code {rc}"
+
+
+def _last_lines(path: Path, n: int = 3, limit: int = 600) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])[-limit:]
+
+
+def run_worker(command: str, job: dict, *, timeout: float, max_rss_bytes: int | None = None,
+               poll_s: float = 0.1) -> dict:
+    """Run `python -m shared.study.worker COMMAND` on `job`; always return a record.
+
+    The record's "status" is the worker's ("ok", "skipped", "failed") or "failed" with a
+    "reason" when the process timed out, outgrew `max_rss_bytes`, or died without
+    finishing; what the worker had saved before that (its phases) is kept.
+    """
+    with tempfile.TemporaryDirectory(prefix="rnnbench-") as tmp:
+        tmp = Path(tmp)
+        job_path, result_path = tmp / "job.json", tmp / "result.json"
+        job_path.write_text(json.dumps(job))
+        env = dict(os.environ)
+        env.update(thread_env(int(job.get("threads", DEFAULT_THREADS))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
+        with open(tmp / "stdout", "wb") as out, open(tmp / "stderr", "wb") as err:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "shared.study.worker", command, "--job", str(job_path),
+                 "--result", str(result_path)],
+                cwd=PROJECT_ROOT, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+            killed_for = None
+            peak_tree = 0
+            try:
+                while proc.poll() is None:
+                    elapsed = time.monotonic() - t0
+                    if elapsed > timeout:
+                        killed_for = f"timeout: still running after {timeout:g} s"
+                        break
+                    if max_rss_bytes:
+                        rss = _tree_rss(proc)
+                        peak_tree = max(peak_tree, rss)
+                        if rss > max_rss_bytes:
+                            killed_for = (f"out of memory: the process tree reached {rss / 2**30:.2f} GiB, "
+                                          f"over the limit of {max_rss_bytes / 2**30:.2f} GiB")
+                            break
+                    time.sleep(poll_s)
+            finally:
+                _kill_group(proc)  # also reaps leftovers of a finished worker (compile pools)
+                proc.wait()
+            wall = time.monotonic() - t0
+        rec: dict = {}
+        if result_path.exists():
+            try:
+                rec = json.loads(result_path.read_text())
+            except json.JSONDecodeError:
+                rec = {}
+        phase = rec.get("phase", "startup")
+        if killed_for:
+            rec.update(status="failed", reason=f"{killed_for} (in phase {phase})")
+        elif rec.get("status") not in FINAL_STATUSES:
+            tail = _last_lines(tmp / "stderr")
+            rec.update(status="failed",
+                       reason=f"crashed: {_exit_description(proc.returncode)} in phase {phase}"
+                              + (f": {tail}" if tail else ""))
+        elif rec["status"] == "failed" and proc.returncode not in (0, None):
+            rec["reason"] = f"{rec.get('reason')} ({_exit_description(proc.returncode)})"
+        rec["wall_s"] = wall
+        if rec.get("status") == "failed" and "stderr_tail" not in rec:
+            rec["stderr_tail"] = _last_lines(tmp / "stderr", n=15, limit=3000)
+        return rec
+
+
+# ---- results file ----------------------------------------------------------------------
+def append_record(path: Path, record: dict) -> None:
+    """Append one JSON line and make it durable before going on."""
+    with open(path, "a") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_records(path: Path) -> list[dict]:
+    """All records of a results file; a line cut short by a kill mid-write is skipped."""
+    records = []
+    if not Path(path).exists():
+        return records
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def measurement_key(impl: str, cell: str, workload: str, device: str, dtype: str) -> str:
+    return f"{impl}|{cell}|{workload}|{device}|{dtype}"
+
+
+def roof_key(cell: str, workload: str, device: str) -> str:
+    return f"roof|{cell}|{workload}|{device}"
+
+
+# ---- the study -------------------------------------------------------------------------
+DEFAULT_SWEEP_IMPLS = ("torch.eager", "torch.autograd", "torch.native", "jax.scan")
+
+
+@dataclass
+class StudyConfig:
+    out: Path
+    impls: list[str] | None = None  # None: every registered implementation available here
+    cells: list[str] = field(default_factory=lambda: ["lstm", "gru"])
+    workloads: list[Workload] = field(default_factory=list)
+    device: str = "cpu"
+    dtype: str = "float32"
+    threads: int = DEFAULT_THREADS
+    repeats: int = 10
+    budget_s: float = 2.0  # per timed phase; at least 3 calls are timed even past it
+    warmup: int = 1
+    timeout: float = 150.0
+    max_memory_gb: float | None = None  # None: 80% of this machine's memory
+    parity: bool = True
+    sweeps: str = "none"
+    sweep_impls: tuple[str, ...] = DEFAULT_SWEEP_IMPLS
+    sweep_cells: tuple[str, ...] = ("lstm",)
+    resume: bool = False
+    retry_failed: bool = False
+    roof: bool = True
+    argv: list[str] | None = None
+
+    def max_rss_bytes(self) -> int:
+        if self.max_memory_gb:
+            return int(self.max_memory_gb * 2**30)
+        import psutil
+
+        return int(0.8 * psutil.virtual_memory().total)
+
+
+def probe_availability(impls: list[str], device: str, timeout: float) -> dict[str, str | None]:
+    """name -> None or why it cannot run, probed in one subprocess per framework."""
+    by_framework: dict[str, list[dict]] = {}
+    for name in impls:
+        row = registry.get(name)
+        by_framework.setdefault(row.framework, []).append(dict(
+            name=name, adapter_key=row.key, devices=list(row.devices),
+            adapter_path=row.adapter_path or f"{row.framework}_impl.adapter:get_adapter"))
+    reasons: dict[str, str | None] = {}
+    for framework, items in by_framework.items():
+        rec = run_worker("probe", {"device": device, "impls": items, "threads": 1}, timeout=timeout)
+        got = rec.get("reasons", {})
+        for item in items:
+            if item["name"] in got:
+                reasons[item["name"]] = got[item["name"]]
+            else:
+                reasons[item["name"]] = f"probing {framework} failed: {rec.get('reason', 'no answer')}"
+    return reasons
+
+
+def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
+    """The measurement jobs, impl innermost so that one cell+workload is measured together."""
+    jobs, seen, parity_done = [], set(), set()
+    groups = [("main", config.cells, config.workloads, impls)]
+    if config.sweeps != "none":
+        sweep_impls = [i for i in impls if i in config.sweep_impls]
+        cells = [c for c in config.sweep_cells if c in config.cells] or list(config.sweep_cells)
+        for kind in ("seq_len", "batch"):
+            groups.append((f"sweep-{kind}", cells, sweep(kind, config.sweeps), sweep_impls))
+    for group, cells, workloads, names in groups:
+        for cell in cells:
+            for w in workloads:
+                for name in names:
+                    key = measurement_key(name, cell, w.name, config.device, config.dtype)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    row = registry.get(name)
+                    parity = config.parity and group == "main" and (name, cell) not in parity_done
+                    if parity:
+                        parity_done.add((name, cell))
+                    jobs.append(dict(
+                        kind="measurement", key=key, group=group, impl=name, framework=row.framework,
+                        rung=row.rung, adapter_key=row.key, cell=cell, workload=w.to_dict(),
+                        workload_name=w.name, device=config.device, dtype=config.dtype,
+                        threads=config.threads, repeats=config.repeats, budget_s=config.budget_s,
+                        warmup=config.warmup, parity=parity, seed=0,
+                        flops_forward=w.flops(cell),
+                        adapter_path=row.adapter_path or f"{row.framework}_impl.adapter:get_adapter"))
+    return jobs
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _progress(enabled: bool, total: int):
+    """A rich progress bar with ETA (a no-op object when disabled)."""
+    if not enabled:
+        class _Null:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *a):
+                return False
+
+            def add_task(self, *a, **k):
+                return 0
+
+            def update(self, *a, **k):
+                pass
+
+            def advance(self, *a, **k):
+                pass
+
+        return _Null()
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=False)
+
+
+def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
+    """Run (or resume) the study into `config.out`; return the path of results.jsonl."""
+    from .machine import machine_info
+
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.jsonl"
+    previous = read_records(results) if config.resume else []
+    if results.exists() and not config.resume:
+        raise FileExistsError(f"{results} exists: pass --resume to continue it or choose another --out")
+    done = {r["key"] for r in previous if r.get("key") and r.get("status") in FINAL_STATUSES
+            and not (config.retry_failed and r.get("status") == "failed")}
+    run_id = uuid.uuid4().hex[:8]
+    names = config.impls or registry.names()
+    for n in names:
+        registry.get(n)  # a typo fails here, naming the valid names
+    append_record(results, dict(kind="meta", run_id=run_id, started=_now(), argv=config.argv,
+                                device=config.device, dtype=config.dtype, threads=config.threads,
+                                repeats=config.repeats, budget_s=config.budget_s, timeout=config.timeout,
+                                resumed=bool(previous), machine=machine_info(config.device, config.threads)))
+    log(f"probing {len(names)} implementations on {config.device} ...")
+    reasons = probe_availability(names, config.device, timeout=max(config.timeout, 120))
+    available = [n for n in names if reasons.get(n) is None]
+    for n in names:
+        if reasons.get(n) is not None:
+            append_record(results, dict(kind="unavailable", run_id=run_id, impl=n, device=config.device,
+                                        reason=reasons[n]))
+    jobs = [j for j in plan(config, available) if j["key"] not in done]
+    roof_items = []
+    if config.roof:
+        pairs = {(j["cell"], j["workload_name"]): j["workload"] for j in plan(config, available)}
+        roof_items = [dict(cell=c, workload=w) for (c, name), w in pairs.items()
+                      if roof_key(c, name, config.device) not in done]
+    log(f"{len(available)} available, {len(jobs)} measurements to run"
+        + (f" ({len(done)} already done)" if done else "") + f", results -> {results}")
+    max_rss = config.max_rss_bytes()
+    with _progress(progress, len(jobs) + bool(roof_items)) as bar:
+        task = bar.add_task("study", total=len(jobs) + bool(roof_items))
+        if roof_items:
+            bar.update(task, description="GEMM roof")
+            rec = run_worker("roof", dict(device=config.device, threads=config.threads, items=roof_items),
+                             timeout=max(config.timeout, 60 + 15 * len(roof_items)), max_rss_bytes=max_rss)
+            for row in rec.get("rows", []):
+                append_record(results, dict(kind="roof", run_id=run_id, time=_now(), device=config.device,
+                                            threads=config.threads, status="ok",
+                                            key=roof_key(row["cell"], row["workload"], config.device),
+                                            versions=rec.get("versions"), **row))
+            if rec.get("status") != "ok":
+                append_record(results, dict(kind="roof_failure", run_id=run_id, time=_now(),
+                                            reason=rec.get("reason"), device=config.device))
+            bar.advance(task)
+        for job in jobs:
+            bar.update(task, description=f"{job['impl']} {job['cell']} {job['workload_name']}")
+            spec = RNNSpec(job["cell"], job["workload"]["input_size"], job["workload"]["hidden_size"])
+            reason = registry.get(job["impl"]).unsupported_reason(spec, dtype=job["dtype"])
+            if reason:
+                rec = {"status": "skipped", "reason": reason, "wall_s": 0.0}
+            else:
+                rec = run_worker("measure", job, timeout=config.timeout, max_rss_bytes=max_rss)
+            record = {k: v for k, v in job.items() if k not in ("adapter_key", "adapter_path")}
+            record.update(rec)
+            record.update(kind="measurement", key=job["key"], run_id=run_id, time=_now())
+            append_record(results, record)
+            if rec.get("status") == "failed":
+                log(f"  {job['impl']} {job['cell']} {job['workload_name']}: FAILED: {rec.get('reason')}")
+            bar.advance(task)
+    return results

@@ -1,0 +1,246 @@
+"""From the JSON-lines records to the table: ratios to torch.native, roof fractions, ladders.
+
+Every ratio is taken between two measurements of the same results file, cell, workload,
+device and dtype: measured side by side, which is what holds on a shared, noisy machine.
+When a key was measured more than once (a resumed study retrying failures), the last
+record wins.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+NATIVE = "torch.native"
+
+
+@dataclass
+class Results:
+    measurements: list[dict]  # latest record per key, in first-measured order
+    roofs: dict[tuple[str, str, str], dict]  # (cell, workload, device) -> roof row
+    unavailable: dict[str, str]  # impl -> reason (latest run)
+    metas: list[dict]
+
+    def find(self, impl: str, cell: str, workload: str, device: str, dtype: str) -> dict | None:
+        for m in self.measurements:
+            if (m["impl"], m["cell"], m["workload_name"], m["device"], m["dtype"]) == (impl, cell, workload,
+                                                                                        device, dtype):
+                return m
+        return None
+
+
+def collect(records: list[dict]) -> Results:
+    latest: dict[str, dict] = {}
+    order: list[str] = []
+    roofs: dict[tuple[str, str, str], dict] = {}
+    unavailable: dict[str, str] = {}
+    metas: list[dict] = []
+    last_run = None
+    for r in records:
+        kind = r.get("kind")
+        if kind == "meta":
+            metas.append(r)
+            last_run = r.get("run_id")
+            unavailable = {}  # the latest run's probe is the one that holds now
+        elif kind == "measurement":
+            if r["key"] not in latest:
+                order.append(r["key"])
+            latest[r["key"]] = r
+        elif kind == "roof":
+            roofs[(r["cell"], r["workload"], r["device"])] = r
+        elif kind == "unavailable" and r.get("run_id") in (last_run, None):
+            unavailable[r["impl"]] = r["reason"]
+    return Results([latest[k] for k in order], roofs, unavailable, metas)
+
+
+def _ratio(a, b):
+    if a is None or b is None or not b:
+        return None
+    return a / b
+
+
+def table_rows(res: Results) -> list[dict]:
+    """One row per measurement with the derived columns."""
+    rows = []
+    for m in res.measurements:
+        native = res.find(NATIVE, m["cell"], m["workload_name"], m["device"], m["dtype"])
+        roof = res.roofs.get((m["cell"], m["workload_name"], m["device"]))
+        roof_g = roof.get("roof_gflops") if roof else None
+        rows.append(dict(
+            impl=m["impl"], framework=m.get("framework"), rung=m.get("rung"), group=m.get("group", "main"),
+            cell=m["cell"], workload=m["workload_name"], device=m["device"], dtype=m["dtype"],
+            status=m.get("status"), reason=m.get("reason"),
+            forward_ms=_ms(m.get("forward_s")), forward_iqr_ms=_ms(m.get("forward_iqr_s")),
+            train_ms=_ms(m.get("train_s")), train_iqr_ms=_ms(m.get("train_iqr_s")),
+            forward_x_native=_ratio(m.get("forward_s"), native and native.get("forward_s")),
+            train_x_native=_ratio(m.get("train_s"), native and native.get("train_s")),
+            gflops_forward=m.get("gflops_forward"), gflops_train=m.get("gflops_train"),
+            roof_gflops=roof_g, roof_library=roof.get("best") if roof else None,
+            roof_fraction_forward=_ratio(m.get("gflops_forward"), roof_g),
+            roof_fraction_train=_ratio(m.get("gflops_train"), roof_g),
+            peak_rss_mib=_mib(m.get("peak_rss_bytes")), peak_device_mib=_mib(m.get("peak_device_bytes")),
+            first_forward_s=m.get("first_forward_s"), first_train_s=m.get("first_train_s"),
+            parity_max_error=parity_of(res, m["impl"], m["cell"]),
+            parity_ok=parity_ok_of(res, m["impl"], m["cell"]),
+            forward_n=m.get("forward_n"), train_n=m.get("train_n"), threads=m.get("threads"),
+        ))
+    return rows
+
+
+def parity_of(res: Results, impl: str, cell: str):
+    """The parity error of impl on cell (measured once per impl and cell), or None."""
+    for m in reversed(res.measurements):
+        if m["impl"] == impl and m["cell"] == cell and m.get("parity_max_error") is not None:
+            return m["parity_max_error"]
+    return None
+
+
+def parity_ok_of(res: Results, impl: str, cell: str):
+    for m in reversed(res.measurements):
+        if m["impl"] == impl and m["cell"] == cell and m.get("parity_ok") is not None:
+            return m["parity_ok"]
+    return None
+
+
+def parity_note(res: Results, impl: str, cell: str) -> str | None:
+    for m in reversed(res.measurements):
+        if m["impl"] == impl and m["cell"] == cell and m.get("parity_source"):
+            return m["parity_source"]
+    return None
+
+
+def _ms(s):
+    return None if s is None else 1e3 * s
+
+
+def _mib(b):
+    return None if b is None else b / 2**20
+
+
+# ---- formatting ------------------------------------------------------------------------
+def fmt(value, kind: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if kind == "ms":
+        return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+    if kind == "x":
+        return f"{value:.2f}x"
+    if kind == "g":
+        return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+    if kind == "%":
+        return f"{100 * value:.0f}%"
+    if kind == "mib":
+        return f"{value:.0f}"
+    if kind == "s":
+        return f"{value:.2f}"
+    if kind == "e":
+        return f"{value:.1e}"
+    return str(value)
+
+
+COLUMNS = [  # (header, key, kind)
+    ("impl", "impl", "str"), ("cell", "cell", "str"), ("workload", "workload", "str"),
+    ("fwd ms", "forward_ms", "ms"), ("fwd ×native", "forward_x_native", "x"),
+    ("fwd+bwd ms", "train_ms", "ms"), ("fwd+bwd ×native", "train_x_native", "x"),
+    ("GFLOP/s fwd", "gflops_forward", "g"), ("GFLOP/s fwd+bwd", "gflops_train", "g"),
+    ("roof fwd", "roof_fraction_forward", "%"), ("roof fwd+bwd", "roof_fraction_train", "%"),
+    ("peak RSS MiB", "peak_rss_mib", "mib"), ("1st fwd s", "first_forward_s", "s"),
+    ("1st fwd+bwd s", "first_train_s", "s"), ("parity max err", "parity_max_error", "e"),
+]
+
+
+def formatted(row: dict) -> list[str]:
+    cells = [fmt(row[key], kind) for _, key, kind in COLUMNS]
+    where = {key: i for i, (_, key, _) in enumerate(COLUMNS)}
+    if row["status"] in ("failed", "skipped"):
+        # the first time the row lacks says why (the reason is listed under the table)
+        col = "forward_ms" if row["forward_ms"] is None else "train_ms"
+        cells[where[col]] = row["status"].upper()
+    if row.get("parity_ok") is False:
+        cells[where["parity_max_error"]] += " (over tolerance)"
+    return cells
+
+
+def markdown_table(rows: list[dict]) -> str:
+    head = [h for h, _, _ in COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if k == "str" else "---:" for _, _, k in COLUMNS) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(formatted(row)) + " |")
+    return "\n".join(lines)
+
+
+def rich_table(rows: list[dict], title: str = "rnnbench"):
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for header, _, kind in COLUMNS:
+        table.add_column(header, justify="left" if kind == "str" else "right", no_wrap=kind == "str")
+    for row in rows:
+        style = "red" if row["status"] == "failed" else ("dim" if row["status"] == "skipped" else None)
+        table.add_row(*formatted(row), style=style)
+    return table
+
+
+CSV_FIELDS = ["impl", "framework", "rung", "group", "cell", "workload", "device", "dtype", "status", "reason",
+              "forward_ms", "forward_iqr_ms", "train_ms", "train_iqr_ms", "forward_x_native", "train_x_native",
+              "gflops_forward", "gflops_train", "roof_gflops", "roof_library", "roof_fraction_forward",
+              "roof_fraction_train", "peak_rss_mib", "peak_device_mib", "first_forward_s", "first_train_s",
+              "parity_max_error", "parity_ok", "forward_n", "train_n", "threads"]
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)
+
+
+# ---- the ladder ------------------------------------------------------------------------
+def ladder(res: Results, cell: str, workload: str | None = None) -> tuple[str | None, list[dict]]:
+    """Each framework's rungs on one workload, slowest idea first, with what each rung buys.
+
+    "speedup" is the previous rung's fwd+bwd time over this rung's (same framework);
+    "x native" is this rung's time over torch.native's.  Returns (workload, rows).
+    """
+    ok = [r for r in table_rows(res) if r["cell"] == cell and r["group"] == "main" and r["train_ms"] is not None]
+    if workload is None:
+        names = [r["workload"] for r in ok]
+        workload = "S1" if "S1" in names else (names[0] if names else None)
+    ok = [r for r in ok if r["workload"] == workload]
+    ok.sort(key=lambda r: (r["framework"] != "torch", r["framework"] or "", r["rung"] if r["rung"] is not None else 99))
+    out, prev = [], None
+    for r in ok:
+        same = prev is not None and prev["framework"] == r["framework"]
+        out.append(dict(r, speedup_train=(prev["train_ms"] / r["train_ms"]) if same else None,
+                        speedup_forward=_ratio(prev["forward_ms"], r["forward_ms"]) if same else None))
+        prev = r
+    return workload, out
+
+
+LADDER_COLUMNS = [("rung", "rung", "str"), ("impl", "impl", "str"), ("fwd ms", "forward_ms", "ms"),
+                  ("fwd+bwd ms", "train_ms", "ms"), ("this rung buys (fwd+bwd)", "speedup_train", "x"),
+                  ("fwd ×native", "forward_x_native", "x"), ("fwd+bwd ×native", "train_x_native", "x"),
+                  ("roof fwd+bwd", "roof_fraction_train", "%")]
+
+
+def ladder_markdown(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(h for h, _, _ in LADDER_COLUMNS) + " |",
+             "|" + "|".join("---" if k == "str" else "---:" for _, _, k in LADDER_COLUMNS) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(fmt(r[key], kind) if kind != "str" else str(r[key])
+                                        for _, key, kind in LADDER_COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def ladder_rich(rows: list[dict], title: str):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for header, _, kind in LADDER_COLUMNS:
+        table.add_column(header, justify="left" if kind == "str" else "right")
+    for r in rows:
+        table.add_row(*[fmt(r[key], kind) if kind != "str" else str(r[key]) for _, key, kind in LADDER_COLUMNS])
+    return table

@@ -1,0 +1,387 @@
+"""One measurement, in its own process: `python -m shared.study.worker {measure,roof,probe}`.
+
+The runner writes a job (JSON) to a file and starts this module with `--job FILE
+--result FILE`.  The worker pins its thread count before importing any framework, runs
+the job and writes its record (JSON) to the result file after every phase, so a crash,
+hang or out-of-memory kill still leaves what was measured before it.
+
+`measure`: build the workload; time the first forward and the first train step (trace +
+compile) separately; warm up; time up to `repeats` calls of each (stopping early, after at
+least 3, once `budget_s` is spent); median and IQR; peak RSS (clean: one process per
+measurement) and, on CUDA, peak device memory; GFLOP/s from `RNNSpec.flops` (train step =
+3x forward FLOPs: each GEMM has two in backward); and, if asked, the parity error of the
+implementation against the float64 reference on a few small shared vectors.
+
+`roof`: the machine's GEMM roof at the workloads' GEMM shapes, with `torch.mm` (MKL on
+CPU, cuBLAS on CUDA) and with oneDNN (`torch.ops.mkldnn._linear_pointwise` on a weight
+prepacked by `torch.ops.mkldnn._reorder_linear_weight`).
+
+`probe`: for each implementation of one framework, why it cannot run here (or None).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from .threads import pin_threads
+
+
+# ---- small helpers -------------------------------------------------------------------
+def write_json(path: str | os.PathLike, data: dict) -> None:
+    """Write atomically, so the runner never reads half a record."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def summarize(samples: list[float]) -> dict:
+    """Median and interquartile range of timing samples (seconds)."""
+    ordered = sorted(samples)
+    if len(ordered) >= 2:
+        q = statistics.quantiles(ordered, n=4, method="inclusive")
+        iqr = q[2] - q[0]
+    else:
+        iqr = 0.0
+    return {"median": statistics.median(ordered), "iqr": iqr, "min": ordered[0], "n": len(ordered)}
+
+
+def time_calls(fn, repeats: int, budget_s: float, min_samples: int = 3) -> list[float]:
+    """Time `fn()` up to `repeats` times; stop early (after `min_samples`) past `budget_s`."""
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < repeats:
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+        if len(samples) >= min(min_samples, repeats) and time.perf_counter() - start > budget_s:
+            break
+    return samples
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def current_rss_bytes() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def load_adapter(job: dict):
+    from ..registry import _load_adapter
+
+    return _load_adapter(job["adapter_path"], job["adapter_key"])
+
+
+def framework_versions(framework: str) -> dict[str, str]:
+    from importlib import metadata
+
+    names = {"torch": ["torch"], "jax": ["jax", "jaxlib", "flax"]}.get(framework, [])
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+# ---- measure ---------------------------------------------------------------------------
+def _reset_device_peak(framework: str, device: str) -> None:
+    if device == "cuda" and framework == "torch":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _device_peak_bytes(framework: str, device: str) -> int | None:
+    if device != "cuda":
+        return None
+    if framework == "torch":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated())
+    if framework == "jax":
+        import jax
+
+        stats = jax.local_devices()[0].memory_stats() or {}
+        peak = stats.get("peak_bytes_in_use")
+        return int(peak) if peak is not None else None
+    return None
+
+
+def measure(job: dict, result_path: str) -> dict:
+    from ..spec import RNNSpec
+
+    rec: dict = {"status": "running", "phase": "import", "pid": os.getpid()}
+
+    def save(**updates):
+        rec.update(updates)
+        write_json(result_path, rec)
+
+    save()
+    w = job["workload"]
+    framework = job["impl"].split(".", 1)[0]
+    device, dtype = job["device"], job["dtype"]
+    try:
+        adapter = load_adapter(job)
+        if "torch" in sys.modules:  # the adapter brought torch in: set its intra-op pool
+            from .threads import set_torch_threads
+
+            set_torch_threads(job["threads"])
+        spec = RNNSpec(job["cell"], w["input_size"], w["hidden_size"])
+        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(spec, dtype=dtype)
+        if reason:
+            save(status="skipped", reason=reason, phase="check")
+            return rec
+        save(phase="build", versions=framework_versions(framework), baseline_rss_bytes=current_rss_bytes())
+        _reset_device_peak(framework, device)
+        t0 = time.perf_counter()
+        wl = adapter.make_workload(spec, seq_len=w["seq_len"], batch=w["batch"], dtype=dtype,
+                                   device=device, seed=job.get("seed", 0))
+        save(build_s=time.perf_counter() - t0, phase="first_forward")
+        save(first_forward_s=timed(wl.forward), phase="first_train_step")
+        save(first_train_s=timed(wl.train_step), phase="forward")
+        repeats, budget, warmup = job["repeats"], job["budget_s"], job.get("warmup", 1)
+        flops = spec.flops(w["seq_len"], w["batch"])
+        for _ in range(warmup):
+            wl.forward()
+        fwd = summarize(time_calls(wl.forward, repeats, budget))
+        save(forward_s=fwd["median"], forward_iqr_s=fwd["iqr"], forward_n=fwd["n"],
+             gflops_forward=flops / fwd["median"] / 1e9, phase="train_step")
+        for _ in range(warmup):
+            wl.train_step()
+        trn = summarize(time_calls(wl.train_step, repeats, budget))
+        save(train_s=trn["median"], train_iqr_s=trn["iqr"], train_n=trn["n"],
+             gflops_train=3 * flops / trn["median"] / 1e9,
+             peak_rss_bytes=peak_rss_bytes(), peak_device_bytes=_device_peak_bytes(framework, device),
+             phase="parity")
+        del wl
+        if job.get("parity"):
+            save(**parity(adapter, job["impl"], job["cell"], dtype, device, job.get("parity_cases", 2)))
+        save(status="ok", phase="done")
+    except Exception as e:  # the record says what failed and where; the study goes on
+        save(status="failed", reason=f"{type(e).__name__} in {rec['phase']}: {e}",
+             traceback=traceback.format_exc(limit=20), peak_rss_bytes=peak_rss_bytes())
+    return rec
+
+
+# ---- parity ----------------------------------------------------------------------------
+def _generated_cases(cell: str):
+    """Two small cases computed by the float64 reference (used until shared vectors exist)."""
+    import numpy as np
+
+    from .. import reference
+    from ..params import init_params
+    from ..spec import RNNSpec
+
+    cases = []
+    for i, (T, B, I, H) in enumerate([(5, 3, 4, 6), (7, 2, 3, 5)]):
+        spec = RNNSpec(cell, I, H)
+        rng = np.random.default_rng(100 + i)
+        params = init_params(spec, rng)
+        x = rng.standard_normal((T, B, I))
+        states = spec.state_shapes(B)
+        h0 = rng.standard_normal(states["h"])
+        c0 = rng.standard_normal(states["c"]) if cell == "lstm" else None
+        fwd = reference.run_case(spec, params, x, h0, c0)
+        cot = {k: rng.standard_normal(np.shape(fwd[k])) for k in ("output", "h_n", "c_n") if k in fwd}
+        expected = reference.run_case(spec, params, x, h0, c0, cotangents=cot)
+        cases.append(dict(name=f"generated-{cell}-{i}", spec=spec, params=params, x=x, h0=h0, c0=c0,
+                          lengths=None, cotangents=cot, expected=expected))
+    return cases
+
+
+PARITY_CASES = ("default", "lengths_unsorted", "initial_state")
+
+
+def _vector_cases(cell: str, impl: str, dtype: str, adapter, limit: int):
+    from ..registry import REGISTRY
+    from ..vectors import load_cases
+
+    row = REGISTRY.get(impl)
+    picked = []
+    for case in load_cases():
+        if case.spec.cell != cell:
+            continue
+        has_lengths = case.lengths is not None
+        if row is not None and row.unsupported_reason(case.spec, lengths=has_lengths, dtype=dtype):
+            continue
+        if adapter.unsupported_reason(case.spec, lengths=has_lengths, dtype=dtype):
+            continue
+        picked.append(case)
+    # A plain case and one with unsorted variable lengths when supported; the parity
+    # suite covers every vector, this column is a summary measured with the timings.
+    preferred = [f"{cell}_{suffix}" for suffix in PARITY_CASES]
+    picked.sort(key=lambda c: (preferred.index(c.name) if c.name in preferred else len(preferred), c.x.size))
+    return [dict(name=c.name, spec=c.spec, params=c.params, x=c.x, h0=c.h0, c0=c.c0, lengths=c.lengths,
+                 cotangents=c.cotangents, expected={**c.expected, **c.grads}) for c in picked[:limit]]
+
+
+def parity(adapter, impl: str, cell: str, dtype: str, device: str, limit: int = 2) -> dict:
+    """Max abs error against the float64 reference over a few small cases (outputs and gradients)."""
+    from ..tolerances import ATOL, max_errors
+
+    try:
+        cases, source = _vector_cases(cell, impl, dtype, adapter, limit), "shared vectors"
+    except ImportError:
+        cases, source = _generated_cases(cell), "generated by shared.reference (no shared vectors yet)"
+    if not cases:
+        return {"parity_max_error": None, "parity_note": f"no {cell} vector this implementation supports"}
+    worst, worst_key, worst_case = 0.0, None, None
+    for case in cases:
+        got = adapter.run_case(case["spec"], case["params"], case["x"], case["h0"], case["c0"],
+                               case["lengths"], case["cotangents"], dtype=dtype, device=device)
+        for key, err in max_errors(case["expected"], got).items():
+            if not err <= worst:  # also catches NaN
+                worst, worst_key, worst_case = err, key, case["name"]
+    return {"parity_max_error": worst, "parity_worst": f"{worst_case}: {worst_key}" if worst_key else None,
+            "parity_atol": ATOL[dtype], "parity_ok": bool(worst <= ATOL[dtype]),
+            "parity_cases": [c["name"] for c in cases], "parity_source": source}
+
+
+# ---- GEMM roof -------------------------------------------------------------------------
+def _gemm_seconds(fn, sync, min_time: float) -> float:
+    """Best (over 3 batches) mean time of one call: the roof is an upper bound.
+
+    Calls run in chunks that double until a batch lasts `min_time`; the device is
+    synchronized at the end of each chunk, not after every call.
+    """
+    for _ in range(3):
+        fn()
+    sync()
+    best = float("inf")
+    for _ in range(3):
+        n, chunk, t0 = 0, 1, time.perf_counter()
+        while True:
+            for _ in range(chunk):
+                fn()
+            n += chunk
+            sync()
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_time:
+                break
+            chunk = min(2 * chunk, 1024)
+        best = min(best, elapsed / n)
+    return best
+
+
+def gemm_gflops(m: int, k: int, n: int, device: str, min_time: float) -> dict[str, float | None]:
+    """GFLOP/s of (m, k) x (k, n) with torch.mm and (CPU) with prepacked oneDNN."""
+    import torch
+
+    x = torch.randn(m, k, device=device)
+    w = torch.randn(n, k, device=device)  # nn.Linear layout (out, in), as the cells use
+    b = torch.zeros(n, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    flops = 2.0 * m * k * n
+    out = {"mm": flops / _gemm_seconds(lambda: torch.mm(x, w.t()), sync, min_time) / 1e9, "onednn": None}
+    if device == "cpu" and torch.backends.mkldnn.is_available():
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, m)
+        out["onednn"] = flops / _gemm_seconds(
+            lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""), sync, min_time) / 1e9
+    return out
+
+
+def roof(job: dict, result_path: str) -> dict:
+    """For each (cell, workload): GEMM GFLOP/s at its step and input shapes, and its roof.
+
+    The workload roof is what a perfect implementation would reach if its only cost were
+    its GEMMs: forward FLOPs / (one input-projection GEMM + T step GEMMs).
+    """
+    import torch
+
+    from .threads import set_torch_threads
+
+    set_torch_threads(job["threads"])
+    rec = {"status": "running", "versions": framework_versions("torch"), "rows": []}
+    write_json(result_path, rec)
+    cache: dict[tuple, dict] = {}
+    for item in job["items"]:
+        w, cell = item["workload"], item["cell"]
+        from .workloads import Workload
+
+        wl = Workload.from_dict(w)
+        shapes = {"step": wl.step_gemm(cell), "input": wl.input_gemm(cell)}
+        row = {"cell": cell, "workload": wl.name, "step_shape": list(shapes["step"]),
+               "input_shape": list(shapes["input"])}
+        for part, shape in shapes.items():
+            if shape not in cache:
+                cache[shape] = gemm_gflops(*shape, device=job["device"], min_time=job.get("min_time", 0.1))
+            for lib, g in cache[shape].items():
+                row[f"{part}_{lib}_gflops"] = g
+        fl = wl.flops(cell)
+        for lib in ("mm", "onednn"):
+            gs, gi = row[f"step_{lib}_gflops"], row[f"input_{lib}_gflops"]
+            if gs is None or gi is None:
+                row[f"roof_{lib}_gflops"] = None
+                continue
+            (ms, ks, ns), (mi, ki, ni) = shapes["step"], shapes["input"]
+            seconds = wl.seq_len * 2.0 * ms * ks * ns / (gs * 1e9) + 2.0 * mi * ki * ni / (gi * 1e9)
+            row[f"roof_{lib}_gflops"] = fl / seconds / 1e9
+        libs = {lib: row[f"roof_{lib}_gflops"] for lib in ("mm", "onednn") if row[f"roof_{lib}_gflops"]}
+        row["best"] = max(libs, key=libs.get)
+        row["roof_gflops"] = libs[row["best"]]
+        rec["rows"].append(row)
+        write_json(result_path, rec)
+    rec["status"] = "ok"
+    rec["torch_threads"] = torch.get_num_threads()
+    write_json(result_path, rec)
+    return rec
+
+
+# ---- probe -----------------------------------------------------------------------------
+def probe(job: dict, result_path: str) -> dict:
+    """name -> None (runs here) or the reason it cannot, for implementations of one framework."""
+    from ..registry import _load_adapter
+
+    reasons: dict[str, str | None] = {}
+    for item in job["impls"]:
+        if job["device"] not in item["devices"]:
+            reasons[item["name"]] = f"{item['name']} runs only on {', '.join(item['devices'])}, not {job['device']}"
+            continue
+        try:
+            adapter = _load_adapter(item["adapter_path"], item["adapter_key"])
+            reasons[item["name"]] = adapter.unavailable_reason(job["device"])
+        except Exception as e:
+            reasons[item["name"]] = f"{item['name']}: cannot load its adapter ({type(e).__name__}: {e})"
+        write_json(result_path, {"status": "running", "reasons": reasons})
+    rec = {"status": "ok", "reasons": reasons}
+    write_json(result_path, rec)
+    return rec
+
+
+COMMANDS = {"measure": measure, "roof": roof, "probe": probe}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shared.study.worker", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=sorted(COMMANDS))
+    parser.add_argument("--job", required=True, help="JSON file with the job")
+    parser.add_argument("--result", required=True, help="where to write the result record (JSON)")
+    args = parser.parse_args(argv)
+    job = json.loads(Path(args.job).read_text())
+    pin_threads(int(job.get("threads", 2)))  # before torch / jax are imported
+    if job.get("device", "cpu") == "cpu":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")  # don't let jax look for accelerators
+    COMMANDS[args.command](job, args.result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
