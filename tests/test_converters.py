@@ -601,3 +601,41 @@ def _leaves(tree):
             yield from _leaves(v)
     else:
         yield tree
+
+
+# ---------------------------------------------------------------- shared vectors ------
+
+def _vector_cases():
+    vectors = pytest.importorskip("shared.vectors")
+    return vectors.load_cases()
+
+
+def test_onnx_and_keras_reproduce_the_shared_vectors():
+    """Every committed case without lengths: ONNX and Keras equations on converted weights
+    give the stored float64 outputs; cases with proj_size raise for every target."""
+    checked = 0
+    for case in _vector_cases():
+        spec = case.spec
+        if spec.proj_size:
+            for convert in (to_flax_linen, to_flax_nnx, to_keras):
+                with pytest.raises(ConversionError, match="weight_hr"):
+                    convert(spec, case.params)
+            with pytest.raises(ConversionError, match="weight_hr"):
+                to_onnx(spec, case.params)
+            continue
+        if case.lengths is not None:
+            continue  # packed-sequence masking is the driver's job, not the weights'
+        x = np.swapaxes(case.x, 0, 1) if spec.batch_first else case.x
+        shapes = spec.state_shapes(x.shape[1])
+        h0 = np.zeros(shapes["h"]) if case.h0 is None else case.h0
+        c0 = None if spec.cell == "gru" else (np.zeros(shapes["c"]) if case.c0 is None else case.c0)
+        for run in (lambda: onnx_graph_forward(spec, to_onnx(spec, case.params), x, h0, c0),
+                    lambda: keras_model_forward(spec, to_keras_model(spec, case.params), x, h0, c0)):
+            out, h_n, c_n = run()
+            out = np.swapaxes(out, 0, 1) if spec.batch_first else out
+            np.testing.assert_allclose(out, case.expected["output"], rtol=0, atol=ATOL64, err_msg=case.name)
+            np.testing.assert_allclose(h_n, case.expected["h_n"], rtol=0, atol=ATOL64, err_msg=case.name)
+            if spec.cell == "lstm":
+                np.testing.assert_allclose(c_n, case.expected["c_n"], rtol=0, atol=ATOL64, err_msg=case.name)
+        checked += 1
+    assert checked >= 10
