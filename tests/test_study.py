@@ -1,0 +1,287 @@
+"""The study harness: runner, failures, resume, table, report, plots, CLI (quick).
+
+Fake implementations (tests/study_fake_adapter.py) stand in for real ones so that the
+runner's handling of crashes, hangs and memory hogs is tested without a framework; one
+tiny real end-to-end run uses torch.native when its adapter is importable.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared import registry
+from shared.registry import Implementation
+from shared.study import runner, workloads
+from shared.study.report import write_report
+from shared.study.runner import StudyConfig, read_records, run_study
+from shared.study.table import collect, ladder, table_rows
+from shared.study.worker import summarize, time_calls
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+FAKE = "study_fake_adapter:get_adapter"
+
+
+def fake_rows(*keys: str) -> list[Implementation]:
+    """A fake torch.native plus fake.<key> rows, all served by tests/study_fake_adapter.py."""
+    rows = [Implementation("torch.native", "fake native", 6, adapter_path=FAKE)]
+    rows += [Implementation(f"fake.{k}", f"fake {k}", i, adapter_path=FAKE) for i, k in enumerate(keys)]
+    return rows
+
+
+@pytest.fixture
+def fake_registry(monkeypatch):
+    def install(*keys):
+        rows = fake_rows(*keys)
+        monkeypatch.setattr(registry, "_ROWS", rows)
+        monkeypatch.setattr(registry, "REGISTRY", {r.name: r for r in rows})
+        return [r.name for r in rows]
+
+    # the worker subprocesses import the fake adapter module from tests/
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    return install
+
+
+def by_impl(records):
+    return {r["impl"]: r for r in records if r.get("kind") == "measurement"}
+
+
+@pytest.fixture(scope="module")
+def failing_study(tmp_path_factory):
+    """One study over fakes that crash, raise, hang and hog memory, plus healthy ones."""
+    mp = pytest.MonkeyPatch()
+    rows = fake_rows("crash", "raise", "hang", "hog", "slow", "wrong", "absent")
+    mp.setattr(registry, "_ROWS", rows)
+    mp.setattr(registry, "REGISTRY", {r.name: r for r in rows})
+    mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    out = tmp_path_factory.mktemp("study")
+    config = StudyConfig(out=out, cells=["lstm"], workloads=workloads.resolve("quick"), timeout=8,
+                         max_memory_gb=0.6, repeats=3, roof=False)
+    try:
+        results = run_study(config, progress=False, log=lambda *a: None)
+        yield out, read_records(results)
+    finally:
+        mp.undo()
+
+
+def test_records_are_json_lines_with_measurements(failing_study):
+    out, records = failing_study
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == len(records)  # every line parses as JSON
+    assert records[0]["kind"] == "meta" and records[0]["threads"] == 2
+    native = by_impl(records)["torch.native"]
+    assert native["status"] == "ok", native
+    for key in ("forward_s", "train_s", "first_forward_s", "first_train_s", "gflops_forward", "gflops_train"):
+        assert native[key] > 0, key
+    assert native["forward_n"] == 3 and native["train_n"] == 3
+    assert native["peak_rss_bytes"] > 10 * 2**20
+    # the fake's train step sleeps 3x its forward
+    assert 2.0 < native["train_s"] / native["forward_s"] < 4.5
+
+
+def test_failures_are_recorded_and_the_study_goes_on(failing_study):
+    _, records = failing_study
+    m = by_impl(records)
+    assert m["fake.crash"]["status"] == "failed"
+    assert "crashed" in m["fake.crash"]["reason"] and "SIGABRT" in m["fake.crash"]["reason"]
+    assert m["fake.raise"]["status"] == "failed"
+    assert "RuntimeError in first_forward" in m["fake.raise"]["reason"]
+    assert m["fake.hang"]["status"] == "failed" and "timeout" in m["fake.hang"]["reason"]
+    assert m["fake.hang"]["wall_s"] < 30  # killed, not waited for
+    assert m["fake.hog"]["status"] == "failed" and "out of memory" in m["fake.hog"]["reason"]
+    # measured after the failures: the study went on
+    assert m["fake.slow"]["status"] == "ok" and m["fake.wrong"]["status"] == "ok"
+    unavailable = {r["impl"]: r["reason"] for r in records if r.get("kind") == "unavailable"}
+    assert "never available" in unavailable["fake.absent"]
+    assert "fake.absent" not in m
+
+
+def test_parity_column_catches_a_wrong_implementation(failing_study):
+    _, records = failing_study
+    m = by_impl(records)
+    assert m["fake.slow"]["parity_max_error"] < 1e-6 and m["fake.slow"]["parity_ok"] is True
+    assert m["fake.wrong"]["parity_max_error"] == pytest.approx(1e-3, rel=1e-6)
+    assert m["fake.wrong"]["parity_ok"] is False
+
+
+def test_table_ratios_to_native_from_the_same_run(failing_study):
+    _, records = failing_study
+    rows = {r["impl"]: r for r in table_rows(collect(records))}
+    native, slow = by_impl(records)["torch.native"], by_impl(records)["fake.slow"]
+    assert rows["fake.slow"]["train_x_native"] == pytest.approx(slow["train_s"] / native["train_s"])
+    assert 2.0 < rows["fake.slow"]["train_x_native"] < 4.5  # sleeps 3x as long
+    assert rows["torch.native"]["forward_x_native"] == 1.0
+    assert rows["fake.crash"]["train_x_native"] is None
+
+
+def test_ratios_pair_rows_of_the_same_cell_and_workload():
+    def m(impl, cell, wl, fwd, train):
+        return dict(kind="measurement", key=f"{impl}|{cell}|{wl}|cpu|float32", impl=impl, cell=cell,
+                    workload_name=wl, device="cpu", dtype="float32", status="ok", forward_s=fwd, train_s=train,
+                    framework=impl.split(".")[0], rung=0, group="main")
+
+    records = [m("torch.native", "lstm", "S1", 1.0, 2.0), m("torch.native", "gru", "S1", 10.0, 20.0),
+               m("torch.native", "lstm", "S2", 0.1, 0.2), m("x.y", "lstm", "S1", 3.0, 5.0),
+               m("x.y", "gru", "S1", 5.0, 5.0), m("x.y", "lstm", "S2", 0.3, 0.1)]
+    rows = {(r["impl"], r["cell"], r["workload"]): r for r in table_rows(collect(records))}
+    assert rows[("x.y", "lstm", "S1")]["forward_x_native"] == 3.0
+    assert rows[("x.y", "lstm", "S1")]["train_x_native"] == 2.5
+    assert rows[("x.y", "gru", "S1")]["forward_x_native"] == 0.5
+    assert rows[("x.y", "lstm", "S2")]["train_x_native"] == 0.5
+    # a later record of the same key (a retried measurement) replaces the earlier one
+    records.append(m("torch.native", "lstm", "S1", 2.0, 4.0))
+    rows = {(r["impl"], r["cell"], r["workload"]): r for r in table_rows(collect(records))}
+    assert rows[("x.y", "lstm", "S1")]["forward_x_native"] == 1.5
+
+
+def test_ladder_orders_rungs_and_computes_what_each_buys():
+    def m(impl, rung, train):
+        return dict(kind="measurement", key=f"{impl}|lstm|S1|cpu|float32", impl=impl, cell="lstm",
+                    workload_name="S1", workload=workloads.resolve("S1")[0].to_dict(), device="cpu",
+                    dtype="float32", status="ok", forward_s=train / 3, train_s=train,
+                    framework=impl.split(".")[0], rung=rung, group="main")
+
+    records = [m("torch.native", 6, 1.0), m("torch.naive", 0, 9.0), m("torch.eager", 3, 1.8),
+               m("jax.scan", 3, 1.4), m("jax.naive", 0, 7.0)]
+    workload, rows = ladder(collect(records), "lstm")
+    assert workload == "S1"
+    assert [r["impl"] for r in rows] == ["torch.naive", "torch.eager", "torch.native", "jax.naive", "jax.scan"]
+    assert rows[0]["speedup_train"] is None and rows[3]["speedup_train"] is None  # each framework's first rung
+    assert rows[1]["speedup_train"] == pytest.approx(5.0)
+    assert rows[2]["speedup_train"] == pytest.approx(1.8)
+    assert rows[4]["speedup_train"] == pytest.approx(5.0)
+    assert rows[4]["train_x_native"] == pytest.approx(1.4)
+
+
+def test_resume_skips_what_is_done(failing_study, fake_registry, tmp_path):
+    out, records = failing_study
+    fake_registry("crash", "raise", "hang", "hog", "slow", "wrong", "absent", "extra")
+    before = [r for r in records if r.get("kind") == "measurement"]
+    config = StudyConfig(out=tmp_path, cells=["lstm"], workloads=workloads.resolve("quick"), timeout=8,
+                         repeats=3, roof=False, resume=True)
+    (tmp_path / "results.jsonl").write_text((out / "results.jsonl").read_text())
+    after = read_records(run_study(config, progress=False, log=lambda *a: None))
+    measured = [r for r in after if r.get("kind") == "measurement"]
+    new = measured[len(before):]
+    assert [r["impl"] for r in new] == ["fake.extra"] and new[0]["status"] == "ok"
+    assert sum(r.get("kind") == "meta" for r in after) == 2
+    # without --resume an existing results file is not overwritten
+    with pytest.raises(FileExistsError, match="--resume"):
+        run_study(StudyConfig(out=tmp_path, cells=["lstm"], workloads=workloads.resolve("quick")),
+                  progress=False, log=lambda *a: None)
+
+
+def _synthetic_sweep_records():
+    records = [dict(kind="meta", run_id="r", threads=2, device="cpu", dtype="float32",
+                    machine={"cpu": "test cpu", "versions": {"torch": "x"}})]
+    for group, kind in (("sweep-seq_len", "seq_len"), ("sweep-batch", "batch")):
+        for w in workloads.sweep(kind, "small"):
+            for impl, factor in (("torch.native", 1.0), ("jax.scan", 1.5)):
+                size = w.seq_len * w.batch
+                records.append(dict(kind="measurement", key=f"{impl}|lstm|{w.name}|cpu|float32", impl=impl,
+                                    framework=impl.split(".")[0], rung=3, cell="lstm", workload_name=w.name,
+                                    workload=w.to_dict(), device="cpu", dtype="float32", status="ok",
+                                    group=group, forward_s=1e-6 * size * factor, train_s=3e-6 * size * factor))
+    return records
+
+
+def test_report_and_plots_are_written(failing_study, tmp_path):
+    out, records = failing_study
+    extra = _synthetic_sweep_records()[1:]
+    roof = dict(kind="roof", key="roof|lstm|quick|cpu", cell="lstm", workload="quick", device="cpu",
+                step_shape=[4, 32, 128], input_shape=[32, 16, 128], step_mm_gflops=1.0, step_onednn_gflops=2.0,
+                input_mm_gflops=1.0, input_onednn_gflops=2.0, roof_mm_gflops=1.0, roof_onednn_gflops=2.0,
+                best="onednn", roof_gflops=2.0, status="ok")
+    path = tmp_path / "results.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records + extra + [roof]) + "\n{cut short")
+    report = write_report(path)
+    for name in ("report.md", "results.csv", "ratio_to_native.png", "ladder_lstm.png", "time_vs_seq_len.png",
+                 "time_vs_batch.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    text = report.read_text()
+    assert "| fake.slow | lstm | quick |" in text
+    assert "fake.hang lstm quick: timeout" in text  # failures listed with their reason
+    assert "fake.absent: the fake 'absent' implementation is never available" in text
+    assert "![time against T](time_vs_seq_len.png)" in text
+    assert "onednn" in text  # the roof and which library the fractions are relative to
+    native = by_impl(records)["torch.native"]
+    rows = {r["impl"]: r for r in table_rows(collect(read_records(path))) if r["group"] == "main"}
+    assert rows["torch.native"]["roof_fraction_forward"] == pytest.approx(native["gflops_forward"] / 2.0)
+    csv_lines = (tmp_path / "results.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("impl,framework,rung")
+    assert len(csv_lines) == 1 + sum(r.get("kind") == "measurement" for r in records + extra)
+
+
+def test_ladder_command_reads_results(failing_study, tmp_path):
+    out, _ = failing_study
+    proc = subprocess.run([sys.executable, "-m", "shared.cli", "ladder", "--cell", "lstm", "--workload", "quick",
+                           "--from", str(out / "results.jsonl"), "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "torch.native" in proc.stdout and "fake.slow" in proc.stdout
+    assert (tmp_path / "ladder_lstm.png").stat().st_size > 0
+    assert "| 6 | torch.native |" in (tmp_path / "ladder_lstm.md").read_text()
+
+
+def test_time_calls_stops_at_budget_but_times_at_least_three():
+    calls = []
+    samples = time_calls(lambda: calls.append(1), repeats=1000, budget_s=0.0)
+    assert len(samples) == 3 == len(calls)
+    assert len(time_calls(lambda: None, repeats=5, budget_s=60)) == 5
+    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s["median"] == 3.0 and s["iqr"] == 2.0 and s["n"] == 5
+
+
+def test_workloads_are_the_design_ones():
+    s1, s2, s3 = workloads.resolve("cpu")
+    assert (s1.seq_len, s1.batch, s1.input_size, s1.hidden_size) == (100, 64, 256, 512)
+    assert (s2.seq_len, s2.batch, s2.input_size, s2.hidden_size) == (100, 1, 256, 256)
+    assert (s3.seq_len, s3.batch, s3.input_size, s3.hidden_size) == (1000, 16, 128, 128)
+    assert s1.flops("lstm") == 2 * 100 * 64 * 4 * 512 * (256 + 512)
+    assert s1.step_gemm("gru") == (64, 512, 3 * 512)
+    assert [w.seq_len for w in workloads.sweep("seq_len", "full")][::5] == [25, 1000]
+    gpu = workloads.PROFILES["gpu"]
+    assert min(w.hidden_size for w in gpu) == 512 and max(w.hidden_size for w in gpu) == 2048
+    with pytest.raises(ValueError, match="unknown workload 'S9'"):
+        workloads.resolve("S1,S9")
+
+
+def test_cli_rejects_an_unknown_implementation():
+    proc = subprocess.run([sys.executable, "-m", "shared.cli", "compare", "--impls", "torch.nope"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "unknown implementation 'torch.nope'" in proc.stderr and "torch.native" in proc.stderr
+
+
+def test_threads_and_subprocess_isolation_settings():
+    env = runner.thread_env(3)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3"
+    assert "intra_op_parallelism_threads=3" in env["XLA_FLAGS"]
+    with pytest.raises(ValueError, match="threads"):
+        runner.thread_env(0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_impl.adapter") is None,
+                    reason="torch_impl.adapter has not landed yet")
+def test_real_end_to_end_quick_run(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "compare", "--workloads", "quick", "--impls", "torch.native",
+         "--cells", "lstm", "--sweeps", "none", "--repeats", "3", "--out", str(tmp_path), "--no-progress"],
+        cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = read_records(tmp_path / "results.jsonl")
+    native = by_impl(records)["torch.native"]
+    assert native["status"] == "ok", native.get("reason")
+    assert native["forward_s"] > 0 and native["train_s"] > 0
+    assert native["parity_ok"] is True, native
+    roofs = [r for r in records if r.get("kind") == "roof"]
+    assert roofs and roofs[0]["step_mm_gflops"] > 0 and roofs[0]["best"] in ("mm", "onednn")
+    assert (tmp_path / "report.md").stat().st_size > 0
+    assert "torch.native" in proc.stdout
