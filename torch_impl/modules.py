@@ -163,7 +163,7 @@ class _RNNBase(nn.Module):
         hx = self._check_hx(hx, B, data, batched=True)
         if hx is not None and sorted_indices is not None:
             # hx is given in the caller's batch order; the packed batch is sorted by length
-            hx = tuple(h.index_select(1, sorted_indices) for h in hx)
+            hx = tuple(None if h is None else h.index_select(1, sorted_indices) for h in hx)
         self._check_backend(data.device)
         if self.backend == "native":
             out_data, h_n, c_n = self._native(data, batch_sizes, hx)

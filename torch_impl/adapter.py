@@ -1,0 +1,162 @@
+"""The registry adapter for every PyTorch backend (see `shared.adapter` for the protocol).
+
+`get_adapter("eager")` -> an object with `run_case` (canonical NumPy in, float64 NumPy
+out, through `torch_impl.LSTM`/`GRU` with that backend) and `make_workload` (a model
+and inputs built once; `forward()` under `torch.no_grad()`, `train_step()` forward +
+backward of `output.sum()` (+ the final states), synchronizing CUDA).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from shared.params import check_params, init_params
+from shared.spec import RNNSpec
+
+from . import backends
+from .modules import GRU, LSTM
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _torch_dtype(dtype: str) -> torch.dtype:
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}") from None
+
+
+def build_module(spec: RNNSpec, backend: str, params: Mapping[str, np.ndarray] | None = None, *,
+                 dtype: str = "float32", device: str = "cpu"):
+    """`torch_impl.LSTM`/`GRU` for `spec` with `backend`, loaded with canonical `params`."""
+    cls = LSTM if spec.cell == "lstm" else GRU
+    module = cls(**spec.torch_kwargs(), backend=backend, dtype=_torch_dtype(dtype), device=device)
+    if params is not None:
+        check_params(spec, params)
+        with torch.no_grad():
+            for name, value in params.items():
+                getattr(module, name).copy_(torch.as_tensor(np.asarray(value)))
+    return module
+
+
+def _sync(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+class TorchAdapter:
+    framework = "torch"
+
+    def __init__(self, key: str):
+        self.key = backends.check_backend_name(key)
+
+    def __repr__(self) -> str:
+        return f"TorchAdapter({self.key!r})"
+
+    def unavailable_reason(self, device: str = "cpu") -> str | None:
+        return backends.unavailable_reason(self.key, device)
+
+    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
+        if dtype not in _DTYPES:
+            return f"torch.{self.key} supports dtypes {', '.join(_DTYPES)}, not {dtype}"
+        if spec.proj_size and self.key not in backends.PROJ_BACKENDS:
+            return (f"torch.{self.key} does not support proj_size; backends that do: "
+                    f"{', '.join(backends.PROJ_BACKENDS)}")
+        return None
+
+    def run_case(self, spec: RNNSpec, params: Mapping[str, np.ndarray], x: np.ndarray,
+                 h0: np.ndarray | None = None, c0: np.ndarray | None = None,
+                 lengths: np.ndarray | None = None,
+                 cotangents: Mapping[str, np.ndarray] | None = None, *,
+                 dtype: str = "float64", device: str = "cpu") -> dict[str, np.ndarray]:
+        reason = self.unsupported_reason(spec, lengths=lengths is not None, dtype=dtype) or \
+            self.unavailable_reason(device)
+        if reason:
+            raise ValueError(reason)
+        if spec.cell == "lstm" and (h0 is None) != (c0 is None):
+            raise ValueError("an LSTM takes h0 and c0 together or not at all")
+        tdtype = _torch_dtype(dtype)
+        module = build_module(spec, self.key, params, dtype=dtype, device=device).eval()
+
+        def tensor(a):
+            return torch.tensor(np.asarray(a), dtype=tdtype, device=device, requires_grad=True)
+
+        x_t = tensor(x)
+        h0_t = tensor(h0) if h0 is not None else None
+        c0_t = tensor(c0) if c0 is not None else None
+        hx = None if h0_t is None else ((h0_t, c0_t) if spec.cell == "lstm" else h0_t)
+        T = x_t.shape[1 if spec.batch_first else 0]
+        with torch.enable_grad():
+            if lengths is None:
+                output, hidden = module(x_t, hx)
+            else:
+                packed = pack_padded_sequence(x_t, torch.as_tensor(np.asarray(lengths), dtype=torch.int64),
+                                              batch_first=spec.batch_first, enforce_sorted=False)
+                out_packed, hidden = module(packed, hx)
+                output, _ = pad_packed_sequence(out_packed, batch_first=spec.batch_first, total_length=T)
+            h_n, c_n = hidden if spec.cell == "lstm" else (hidden, None)
+            result = {"output": output, "h_n": h_n}
+            if c_n is not None:
+                result["c_n"] = c_n
+            grads = {}
+            if cotangents is not None:
+                loss = sum((value * torch.as_tensor(np.asarray(cotangents[key]), dtype=tdtype, device=device)).sum()
+                           for key, value in result.items())
+                inputs = {"grad/x": x_t}
+                if h0_t is not None:
+                    inputs["grad/h0"] = h0_t
+                if c0_t is not None:
+                    inputs["grad/c0"] = c0_t
+                for name, p in module.named_parameters():
+                    inputs[f"grad/{name}"] = p
+                values = torch.autograd.grad(loss, list(inputs.values()), allow_unused=True)
+                for key, inp, g in zip(inputs, inputs.values(), values):
+                    grads[key] = torch.zeros_like(inp) if g is None else g
+        out = {k: v.detach().to("cpu", torch.float64).numpy() for k, v in {**result, **grads}.items()}
+        return out
+
+    def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
+                      device: str = "cpu", seed: int = 0) -> "TorchWorkload":
+        reason = self.unsupported_reason(spec, dtype=dtype) or self.unavailable_reason(device)
+        if reason:
+            raise ValueError(reason)
+        return TorchWorkload(self.key, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed)
+
+
+class TorchWorkload:
+    """A model and inputs built once from `seed`; each call runs and synchronizes."""
+
+    def __init__(self, backend: str, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str,
+                 device: str, seed: int):
+        self.spec, self.device = spec, device
+        rng = np.random.default_rng(seed)
+        self.module = build_module(spec, backend, init_params(spec, rng), dtype=dtype, device=device).eval()
+        shape = (batch, seq_len, spec.input_size) if spec.batch_first else (seq_len, batch, spec.input_size)
+        tdtype = _torch_dtype(dtype)
+        self.x = torch.tensor(rng.standard_normal(shape), dtype=tdtype, device=device, requires_grad=True)
+
+    def _loss(self):
+        output, hidden = self.module(self.x)
+        h_n, c_n = hidden if self.spec.cell == "lstm" else (hidden, None)
+        loss = output.sum() + h_n.sum()
+        return loss if c_n is None else loss + c_n.sum()
+
+    def forward(self) -> None:
+        with torch.no_grad():
+            self.module(self.x)
+        _sync(self.device)
+
+    def train_step(self) -> None:
+        # Gradients set to None first, so every step does the same work (no accumulation).
+        self.module.zero_grad(set_to_none=True)
+        self.x.grad = None
+        self._loss().backward()
+        _sync(self.device)
+
+
+def get_adapter(key: str) -> TorchAdapter:
+    return TorchAdapter(key)
