@@ -1,0 +1,1 @@
+"""asv suites for rnnbench (see benchmarks/rnn.py and asv.conf.json)."""

@@ -1,0 +1,142 @@
+"""asv suites: every implementation x cell x workload, the study's workloads and harness.
+
+Suites (parametrized over implementation x cell x workload):
+- `RNN.time_forward`, `RNN.time_train_step` (forward + backward), `RNN.track_gflops`
+  (fwd+bwd GFLOP/s, train step = 3x forward FLOPs);
+- `Memory.peakmem_train_step`: peak RSS of a process that built the workload and ran a
+  train step;
+- `FirstCall.track_first_call_seconds`: first forward + first train step (trace +
+  compile) in a fresh process (`shared.study.worker`), so no cache of this process helps.
+
+Environment:
+- RNNBENCH_PROFILE = quick | cpu (default) | gpu: the workloads (`shared.study.workloads`);
+- RNNBENCH_DEVICE = cpu | cuda (default cuda for the gpu profile, else cpu);
+- RNNBENCH_THREADS (default 2): the same intra-op thread count for torch and XLA, set
+  before either is imported.
+
+An implementation that cannot run here, or does not support the cell, raises
+NotImplementedError in setup: asv's documented way to skip.  Workloads are built and
+warmed up (first calls, compile) in setup; asv re-runs setup before every sample, so the
+built workload is cached for the life of the benchmark process.  Every workload call
+synchronizes the device (the Workload protocol), so times are device-complete.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from functools import lru_cache
+
+from shared import registry
+from shared.study.threads import DEFAULT_THREADS, pin_threads, set_torch_threads
+from shared.study.workloads import profile_from_env
+
+PROFILE, WORKLOADS = profile_from_env()
+DEVICE = os.environ.get("RNNBENCH_DEVICE") or ("cuda" if PROFILE == "gpu" else "cpu")
+THREADS = int(os.environ.get("RNNBENCH_THREADS", DEFAULT_THREADS))
+DTYPE = "float32"
+pin_threads(THREADS)  # before torch / jax are imported (they are, lazily, in setup)
+
+_BY_NAME = {w.name: w for w in WORKLOADS}
+PARAMS = [registry.names(), ["lstm", "gru"], list(_BY_NAME)]
+PARAM_NAMES = ["impl", "cell", "workload"]
+
+
+def _check(impl: str, cell: str, workload: str):
+    """The adapter, or NotImplementedError (asv: skipped) saying why it cannot run."""
+    row = registry.get(impl)
+    w = _BY_NAME[workload]
+    spec = w.spec(cell)
+    reason = row.unsupported_reason(spec, dtype=DTYPE) or row.unavailable_reason(DEVICE)
+    if reason:
+        raise NotImplementedError(reason)
+    adapter = row.adapter()
+    reason = adapter.unsupported_reason(spec, dtype=DTYPE)
+    if reason:
+        raise NotImplementedError(reason)
+    if "torch" in sys.modules:
+        set_torch_threads(THREADS)
+    return adapter, w, spec
+
+
+@lru_cache(maxsize=1)  # one parameter combination per benchmark process
+def _warm_workload(impl: str, cell: str, workload: str):
+    adapter, w, spec = _check(impl, cell, workload)
+    wl = adapter.make_workload(spec, seq_len=w.seq_len, batch=w.batch, dtype=DTYPE, device=DEVICE, seed=0)
+    for _ in range(2):  # first calls trace / compile; the second settles caches
+        wl.forward()
+        wl.train_step()
+    return wl
+
+
+class RNN:
+    params = PARAMS
+    param_names = PARAM_NAMES
+    number = 1  # one call per sample: calls are milliseconds to seconds long
+    repeat = (3, 10, 20.0)  # min samples, max samples, max seconds
+    rounds = 1  # each round is a new process that rebuilds (and recompiles) the workload
+    warmup_time = 0  # setup warmed up already
+    timeout = 600
+
+    def setup(self, impl, cell, workload):
+        self.workload = _warm_workload(impl, cell, workload)
+        self.flops = _BY_NAME[workload].flops(cell)
+
+    def time_forward(self, impl, cell, workload):
+        self.workload.forward()
+
+    def time_train_step(self, impl, cell, workload):
+        self.workload.train_step()
+
+    def track_gflops(self, impl, cell, workload):
+        samples = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            self.workload.train_step()
+            samples.append(time.perf_counter() - t0)
+        return 3 * self.flops / statistics.median(samples) / 1e9
+
+    track_gflops.unit = "GFLOP/s"
+
+
+class Memory:
+    params = PARAMS
+    param_names = PARAM_NAMES
+    timeout = 600
+
+    def setup(self, impl, cell, workload):
+        self.workload = _warm_workload(impl, cell, workload)
+
+    def peakmem_train_step(self, impl, cell, workload):
+        self.workload.train_step()
+
+
+class FirstCall:
+    params = PARAMS
+    param_names = PARAM_NAMES
+    timeout = 600
+    repeat = 1
+    number = 1
+
+    def setup(self, impl, cell, workload):
+        row = registry.get(impl)
+        reason = row.unsupported_reason(_BY_NAME[workload].spec(cell), dtype=DTYPE) or row.unavailable_reason(DEVICE)
+        if reason:
+            raise NotImplementedError(reason)
+
+    def track_first_call_seconds(self, impl, cell, workload):
+        from shared.study.runner import run_worker
+
+        row = registry.get(impl)
+        w = _BY_NAME[workload]
+        job = dict(impl=impl, adapter_key=row.key, cell=cell, workload=w.to_dict(), device=DEVICE, dtype=DTYPE,
+                   threads=THREADS, repeats=1, budget_s=0.0, warmup=0, parity=False, seed=0,
+                   adapter_path=row.adapter_path or f"{row.framework}_impl.adapter:get_adapter")
+        rec = run_worker("measure", job, timeout=self.timeout - 30)
+        if rec.get("first_train_s") is None:
+            raise RuntimeError(f"{impl} {cell} {workload}: {rec.get('reason', 'no first-call time')}")
+        return rec["first_forward_s"] + rec["first_train_s"]
+
+    track_first_call_seconds.unit = "seconds"

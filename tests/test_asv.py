@@ -1,0 +1,84 @@
+"""asv: the configuration and suites are valid, and a quick smoke run succeeds.
+
+Runs asv against the current environment (`--python=same`), the quick profile, one
+implementation and one benchmark, so it stays well under a minute.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ASV = [sys.executable, "-m", "asv"]
+
+
+def _env(tmp_path, **extra):
+    env = dict(os.environ, HOME=str(tmp_path), RNNBENCH_PROFILE="quick", **extra)  # keep ~/.asv-machine.json out of $HOME
+    return env
+
+
+def _run(args, env, timeout=240):
+    proc = subprocess.run(ASV + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _smoke_impl() -> str | None:
+    for impl, module in (("torch.native", "torch_impl.adapter"), ("jax.scan", "jax_impl.adapter")):
+        if importlib.util.find_spec(module) is not None:
+            return impl
+    return None
+
+
+def test_conf_installs_pinned_cpu_requirements():
+    # asv.conf.json is JSON with // comments
+    text = "\n".join(line for line in (ROOT / "asv.conf.json").read_text().splitlines()
+                     if not line.lstrip().startswith("//"))
+    conf = json.loads(text)
+    assert conf["repo"] == "." and conf["environment_type"] == "virtualenv"
+    assert conf["results_dir"] == ".asv/results" and conf["html_dir"] == ".asv/html"
+    install = " ".join(conf["install_command"])
+    assert "-r {build_dir}/requirements.txt -c {build_dir}/constraints.txt" in install
+    assert "torch==2.13.0" in (ROOT / "requirements.txt").read_text()
+
+
+def test_asv_check_passes(tmp_path):
+    rc, out = _run(["check", "--python=same"], _env(tmp_path))
+    assert rc == 0, out
+    assert "No problems found" in out, out
+
+
+def test_unsupported_implementation_skips_through_asv(tmp_path):
+    code = ("import benchmarks.rnn as b\n"
+            "assert set(b.PARAMS[0]) >= {'torch.native', 'jax.scan'}, b.PARAMS\n"
+            "try:\n    b.RNN().setup('jax.cudnn', 'gru', 'quick')\n"
+            "except NotImplementedError as e:\n    print('skipped:', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped: jax.cudnn implements only lstm" in proc.stdout
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="asv needs the git repository to name the commit")
+def test_quick_smoke_run_against_this_environment(tmp_path):
+    impl = _smoke_impl()
+    if impl is None:
+        pytest.skip("no implementation adapter has landed yet")
+    env = _env(tmp_path)
+    rc, out = _run(["machine", "--yes"], env)
+    assert rc == 0, out
+    bench = re.escape(f"RNN.time_forward('{impl}', 'lstm', 'quick')")
+    rc, out = _run(["run", "--python=same", "--quick", "--dry-run", "--show-stderr", "--bench", bench], env)
+    if "Unknown commit" in out or "not a git repository" in out:
+        pytest.skip(f"asv cannot see the commit here: {out[-300:]}")
+    assert rc == 0, out
+    assert "failed" not in out, out
+    # asv prints the timed result, e.g. "[100.00%] ··· rnn.RNN.time_forward   ok" then the value table
+    assert re.search(r"rnn\.RNN\.time_forward\s+ok", out), out
