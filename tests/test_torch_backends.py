@@ -1,0 +1,211 @@
+"""Every available torch_impl backend against nn.LSTM / nn.GRU on a seeded grid.
+
+Forward (output, h_n, c_n) and the gradients of x, h0, c0 and every parameter under a
+random cotangent loss, in float64 (to 1e-10) and float32 (to shared.tolerances' 2e-5),
+including PackedSequence input with unsorted lengths.  `compile` runs on two tiny
+configurations only (each new configuration costs a compile).  The shared vectors are
+checked for every backend by tests/test_parity_matrix.py through torch_impl.adapter.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+import torch_impl
+from shared.tolerances import ATOL
+
+ATOL_F64 = 1e-10
+TOLERANCE = {torch.float64: ATOL_F64, torch.float32: ATOL["float32"]}
+
+# (cell, constructor kwargs, packed lengths or None, pass hx)
+GRID = [
+    ("lstm", dict(input_size=3, hidden_size=5), None, True),
+    ("lstm", dict(input_size=4, hidden_size=6, num_layers=2, bidirectional=True, batch_first=True), [3, 6, 1, 4], True),
+    ("lstm", dict(input_size=3, hidden_size=6, num_layers=2, bidirectional=True, bias=False, proj_size=4), [2, 5, 5], True),
+    ("lstm", dict(input_size=2, hidden_size=4, num_layers=3, batch_first=True), None, False),
+    ("gru", dict(input_size=3, hidden_size=5, num_layers=2, batch_first=True), None, False),
+    ("gru", dict(input_size=4, hidden_size=5, bidirectional=True, bias=False), [4, 1, 6, 2], True),
+    ("gru", dict(input_size=3, hidden_size=4, num_layers=2, bidirectional=True), [5, 3, 5], True),
+]
+# compile: one configuration per dtype (each costs a compile): LSTM with unsorted lengths,
+# bidirectional, projection, no bias in float64; a plain two-layer GRU in float32.
+COMPILE_GRID = {torch.float64: [GRID[2]], torch.float32: [GRID[4]]}
+SEQ_LEN = 6
+
+
+def _backends():
+    for backend in torch_impl.BACKENDS:
+        reason = torch_impl.unavailable_reason(backend, "cpu")
+        marks = [pytest.mark.skip(reason=f"{backend} unavailable here: {reason}")] if reason else []
+        yield pytest.param(backend, id=backend, marks=marks)
+
+
+def _grid(backend, dtype):
+    grid = COMPILE_GRID[dtype] if backend == "compile" else GRID
+    for cell, kw, lengths, with_hx in grid:
+        if kw.get("proj_size") and backend not in torch_impl.PROJ_BACKENDS:
+            continue
+        yield cell, kw, lengths, with_hx
+
+
+def run(module, cell, kw, x, hx, lengths, cot):
+    """Forward + backward of sum(cot * outputs); returns outputs and gradients."""
+    batch_first = kw.get("batch_first", False)
+    states_in = [] if hx is None else ([hx] if cell == "gru" else list(hx))
+    inputs = [x] + states_in
+    if lengths is None:
+        out, hidden = module(x, hx)
+    else:
+        packed = pack_padded_sequence(x, torch.tensor(lengths), batch_first=batch_first, enforce_sorted=False)
+        out, hidden = module(packed, hx)
+        out, _ = pad_packed_sequence(out, batch_first=batch_first, total_length=SEQ_LEN)
+    states = list(hidden) if cell == "lstm" else [hidden]
+    results = [out] + states
+    loss = sum((r * c).sum() for r, c in zip(results, cot))
+    params = list(module.parameters())
+    grads = torch.autograd.grad(loss, inputs + params)
+    return [r.detach() for r in results] + list(grads)
+
+
+def check_against_nn(backend, cell, kw, lengths, with_hx, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    ref = (nn.LSTM if cell == "lstm" else nn.GRU)(**kw, dtype=dtype)
+    ours = (torch_impl.LSTM if cell == "lstm" else torch_impl.GRU)(**kw, dtype=dtype, backend=backend)
+    ours.load_state_dict(ref.state_dict())
+    B = 4 if lengths is None else len(lengths)
+    I, H = kw["input_size"], kw["hidden_size"]
+    H_out = kw.get("proj_size") or H
+    D = 2 if kw.get("bidirectional") else 1
+    L = kw.get("num_layers", 1)
+    shape = (B, SEQ_LEN, I) if kw.get("batch_first") else (SEQ_LEN, B, I)
+
+    def randn(*s):
+        return torch.randn(*s, generator=gen, dtype=torch.float64).to(dtype)
+
+    x = randn(*shape)
+    hx = None
+    if with_hx:
+        hx = (randn(L * D, B, H_out), randn(L * D, B, H)) if cell == "lstm" else randn(L * D, B, H_out)
+    out_shape = shape[:2] + (D * H_out,)
+    cot = [randn(*out_shape), randn(L * D, B, H_out)] + ([randn(L * D, B, H)] if cell == "lstm" else [])
+
+    def fresh():
+        xx = x.clone().requires_grad_()
+        if hx is None:
+            return xx, None
+        if cell == "lstm":
+            return xx, tuple(h.clone().requires_grad_() for h in hx)
+        return xx, hx.clone().requires_grad_()
+
+    expected = run(ref, cell, kw, *fresh(), lengths, cot)
+    got = run(ours, cell, kw, *fresh(), lengths, cot)
+    names = ["output"] + (["h_n", "c_n"] if cell == "lstm" else ["h_n"]) + ["grad/x"]
+    if hx is not None:
+        names += ["grad/h0", "grad/c0"] if cell == "lstm" else ["grad/h0"]
+    names += [f"grad/{n}" for n, _ in ref.named_parameters()]
+    assert len(names) == len(expected) == len(got)
+    atol = TOLERANCE[dtype]
+    errors = {n: (e - g).abs().max().item() for n, e, g in zip(names, expected, got)}
+    bad = {n: err for n, err in errors.items() if not err <= atol}
+    assert not bad, f"{backend} {cell} {kw} lengths={lengths} {dtype}: {bad}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("backend", list(_backends()))
+def test_backend_matches_nn_forward_and_gradients(backend, dtype):
+    for k, (cell, kw, lengths, with_hx) in enumerate(_grid(backend, dtype)):
+        check_against_nn(backend, cell, kw, lengths, with_hx, dtype, seed=k)
+
+
+@pytest.mark.parametrize("backend", list(_backends()))
+def test_training_mode_dropout_one_matches_nn(backend):
+    # dropout=1.0 zeroes every layer input after the first: deterministic in training mode.
+    kw = dict(input_size=3, hidden_size=4, num_layers=2, dropout=1.0)
+    torch.manual_seed(0)
+    ref = nn.GRU(**kw, dtype=torch.float64).train()
+    ours = torch_impl.GRU(**kw, dtype=torch.float64, backend=backend).train()
+    ours.load_state_dict(ref.state_dict())
+    if backend == "compile":
+        pytest.skip("compile: covered by the grid (dropout is in the driver, shared by every backend)")
+    x = torch.randn(4, 2, 3, dtype=torch.float64)
+    for a, b in zip(ref(x), ours(x)):
+        torch.testing.assert_close(b, a, atol=ATOL_F64, rtol=0)
+
+
+def test_cell_loop_is_bitwise_a_literal_lstmcell_loop():
+    torch.manual_seed(0)
+    cell = nn.LSTMCell(3, 5)
+    ours = torch_impl.LSTM(3, 5, backend="cell_loop")
+    ours.load_state_dict({f"{k}_l0": v for k, v in cell.state_dict().items()})
+    x = torch.randn(6, 2, 3)
+    h = c = torch.zeros(2, 5)
+    outs = []
+    for t in range(6):
+        h, c = cell(x[t], (h, c))
+        outs.append(h)
+    out, (h_n, c_n) = ours(x)
+    assert torch.equal(out, torch.stack(outs)) and torch.equal(h_n[0], h) and torch.equal(c_n[0], c)
+
+
+def test_jit_backend_runs_torchscript():
+    if torch_impl.unavailable_reason("jit") is not None:
+        pytest.skip(torch_impl.unavailable_reason("jit"))
+    from torch_impl.backends import jit
+    lstm, gru = jit.scripted()
+    assert isinstance(lstm, torch.jit.ScriptFunction) and isinstance(gru, torch.jit.ScriptFunction)
+
+
+def test_compile_does_not_recompile_for_a_repeated_configuration():
+    if torch_impl.unavailable_reason("compile") is not None:
+        pytest.skip(torch_impl.unavailable_reason("compile"))
+    from torch._dynamo.utils import counters
+    from torch_impl.backends import compiled
+    module = torch_impl.GRU(3, 5, num_layers=2, batch_first=True, backend="compile")  # as in COMPILE_GRID
+    x = torch.randn(4, SEQ_LEN, 3, requires_grad=True)
+    module(x)[0].sum().backward()  # compiles if the grid has not already
+    graphs, cached = counters["stats"]["unique_graphs"], len(compiled._cache)
+    out, _ = module(torch.randn(4, 2 * SEQ_LEN, 3, requires_grad=True))  # longer T: same step graph
+    out.sum().backward()
+    assert counters["stats"]["unique_graphs"] == graphs and len(compiled._cache) == cached
+
+
+def test_autograd_backend_present_or_skipped_with_reason():
+    reason = torch_impl.unavailable_reason("autograd")
+    if reason is not None:
+        pytest.skip(f"autograd backend not importable here: {reason}")
+    assert "autograd" in torch_impl.available_backends()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("backend", [b for b in torch_impl.BACKENDS if b != "native"])
+def test_backend_on_cuda_matches_native_on_cuda(backend):
+    reason = torch_impl.unavailable_reason(backend, "cuda")
+    if reason is not None:
+        pytest.skip(reason)
+    grid = COMPILE_GRID[torch.float64] if backend == "compile" else GRID[:3] + GRID[5:]
+    for cell, kw, lengths, with_hx in grid:
+        if kw.get("proj_size") and backend not in torch_impl.PROJ_BACKENDS:
+            continue
+        torch.manual_seed(0)
+        ref = (torch_impl.LSTM if cell == "lstm" else torch_impl.GRU)(**kw, dtype=torch.float64, device="cuda",
+                                                                       backend="native")
+        ours = (torch_impl.LSTM if cell == "lstm" else torch_impl.GRU)(**kw, dtype=torch.float64, device="cuda",
+                                                                        backend=backend)
+        ours.load_state_dict(ref.state_dict())
+        B = 4 if lengths is None else len(lengths)
+        shape = (B, SEQ_LEN, kw["input_size"]) if kw.get("batch_first") else (SEQ_LEN, B, kw["input_size"])
+        x = torch.randn(*shape, dtype=torch.float64, device="cuda")
+        lens = None if lengths is None else torch.tensor(lengths)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out_a, _ = ref(xa, lengths=lens)
+        out_b, _ = ours(xb, lengths=lens)
+        torch.testing.assert_close(out_b, out_a, atol=1e-9, rtol=0)
+        ga = torch.autograd.grad(out_a.pow(2).sum(), [xa] + list(ref.parameters()))
+        gb = torch.autograd.grad(out_b.pow(2).sum(), [xb] + list(ours.parameters()))
+        for a, b in zip(ga, gb):
+            torch.testing.assert_close(b, a, atol=1e-9, rtol=0)
