@@ -60,9 +60,10 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--repeats", type=_positive_int, default=10, help="timed calls per phase at most (default 10)")
-    p.add_argument("--budget", type=float, default=2.0,
-                   help="seconds per timed phase after which timing stops (after at least 3 calls; default 2)")
-    p.add_argument("--timeout", type=float, default=150.0, help="seconds per measurement process (default 150)")
+    p.add_argument("--budget", type=float, default=1.0,
+                   help="seconds per timed phase after which timing stops (after at least 3 calls; default 1)")
+    p.add_argument("--timeout", type=float, default=240.0,
+                   help="seconds per measurement process before it is killed as hung (default 240)")
     p.add_argument("--threads", type=_positive_int, default=DEFAULT_THREADS,
                    help=f"threads for both frameworks (default {DEFAULT_THREADS})")
     p.add_argument("--max-memory-gb", type=float, default=None,
@@ -87,7 +88,7 @@ def register(subparsers) -> None:
     p.add_argument("--sweeps", choices=SWEEP_LEVELS, default="small",
                    help="T and B sweeps for the plots (LSTM, --sweep-impls only): none, small (default), full")
     p.add_argument("--sweep-impls", type=_impls, default=None,
-                   help="implementations in the sweeps (default torch.eager,torch.autograd,torch.native,jax.scan)")
+                   help="implementations in the sweeps (default torch.autograd,torch.native,jax.scan)")
     _add_measure_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -131,16 +132,38 @@ def _console():
     return Console(width=max(Console().width, 160))
 
 
+def _run_or_explain(config, progress: bool):
+    """run_study; on Ctrl-C (or SIGTERM) say what was kept and how to resume, return None."""
+    import signal
+
+    from .runner import run_study
+
+    def _terminate(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return run_study(config, progress=progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: every finished measurement is in {config.out / 'results.jsonl'}; "
+              f"continue by running the same command with `--resume --out {config.out}`", file=sys.stderr)
+        return None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_compare(args) -> int:
     from .report import write_report
-    from .runner import DEFAULT_SWEEP_IMPLS, read_records, run_study
+    from .runner import DEFAULT_SWEEP_IMPLS, read_records
     from .table import collect, rich_table, table_rows
 
     workloads = args.workloads or resolve("gpu" if args.device == "cuda" else DEFAULT_WORKLOADS)
     out = _out_dir(args)
     config = _config(args, out, cells=args.cells, workloads=workloads, sweeps=args.sweeps,
                      sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS))
-    results = run_study(config, progress=args.progress)
+    results = _run_or_explain(config, args.progress)
+    if results is None:
+        return 130
     res = collect(read_records(results))
     console = _console()
     console.print(rich_table([r for r in table_rows(res) if r["group"] == "main"],
@@ -155,7 +178,7 @@ def cmd_compare(args) -> int:
 
 def cmd_ladder(args) -> int:
     from .plots import plot_ladder
-    from .runner import read_records, run_study
+    from .runner import read_records
     from .table import collect, ladder, ladder_markdown, ladder_rich
 
     if args.from_ is not None:
@@ -166,7 +189,9 @@ def cmd_ladder(args) -> int:
     else:
         out = _out_dir(args, prefix="ladder-")
         config = _config(args, out, cells=[args.cell], workloads=_workloads(args.workload), sweeps="none")
-        results = run_study(config, progress=args.progress)
+        results = _run_or_explain(config, args.progress)
+        if results is None:
+            return 130
     res = collect(read_records(results))
     workload, rows = ladder(res, args.cell, args.workload)
     if not rows:

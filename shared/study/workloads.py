@@ -81,8 +81,8 @@ PROFILES: dict[str, list[Workload]] = {"quick": QUICK, "cpu": CPU, "gpu": GPU}
 # Sweeps for the plots.  "small" fits the default study's time budget on two cores;
 # "full" spans T = 25..1000 and B = 1..256 more densely (opt-in: --sweeps full).
 _SWEEP_VALUES = {
-    "small": {"seq_len": (25, 100, 250, 1000), "batch": (1, 16, 64, 256)},
-    "full": {"seq_len": (25, 50, 100, 250, 500, 1000), "batch": (1, 4, 16, 64, 128, 256)},
+    "small": {"seq_len": (25, 100, 400, 1000), "batch": (1, 16, 64, 256)},
+    "full": {"seq_len": (25, 50, 100, 200, 400, 1000), "batch": (1, 4, 16, 64, 128, 256)},
 }
 SWEEP_LEVELS = ("none", *_SWEEP_VALUES)
 
