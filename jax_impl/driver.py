@@ -15,7 +15,8 @@ An impl module (`jax_impl.naive`, `.scan`, ...) provides:
   for one layer (both directions): `dir_params` is one `LayerParams` per direction,
   `h0`/`c0` are (D, B, ...), `output` is (T, B, D*H_out) with zeros past each length;
 - optionally `run_stack(spec, params, x, h0, c0, lengths, **options)` for a whole
-  stack at once (used when no dropout sits between layers).
+  stack at once (used when no dropout sits between layers), and
+  `validate(spec, params)` to refuse parameters the impl cannot hold.
 
 Impls that think in single directions (`naive`, `scan`) write `run_direction` and wrap
 it with `layer_from_directions`.  With lengths they mask each step (`valid_steps`):
@@ -169,7 +170,7 @@ def _check_state(name: str, a, expected: tuple[int, ...], dtype) -> jax.Array:
     return a
 
 
-def _check_lengths(lengths, batch: int, T: int) -> jax.Array:
+def check_lengths(lengths, batch: int, T: int) -> jax.Array:
     lengths = jnp.asarray(lengths)
     if not jnp.issubdtype(lengths.dtype, jnp.integer):
         raise TypeError(f"lengths must be an integer array, got dtype {lengths.dtype}")
@@ -241,7 +242,7 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
         c0 = jnp.zeros(shapes["c"], dtype)
 
     if lengths is not None:
-        lengths = _check_lengths(lengths, B, T)
+        lengths = check_lengths(lengths, B, T)
     reason = module.unsupported_reason(spec, lengths=lengths is not None, dtype=jnp.dtype(dtype).name)
     if reason is not None:
         raise UnsupportedConfigError(f"impl {impl!r} cannot run this configuration: {reason}")
@@ -252,6 +253,8 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
         between_layers = _dropout_between_layers(dropout, dropout_key)
 
     cast = {k: _as_float_array(k, v, dtype) for k, v in params.items()}
+    if hasattr(module, "validate"):
+        module.validate(spec, cast)
     if between_layers is None and hasattr(module, "run_stack"):
         output, h_n, c_n = module.run_stack(spec, cast, x, h0, c0, lengths, **options)
     else:

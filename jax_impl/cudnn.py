@@ -1,0 +1,105 @@
+"""`cudnn`: cuDNN's LSTM through `jax.experimental.rnn.lstm` (CUDA only, float32, LSTM only).
+
+`jax.experimental.rnn` takes PyTorch's canonical weights flattened into one vector, in
+cuDNN's order: for each pseudo-layer (layer 0 forward, layer 0 reverse, layer 1 forward,
+...) `W_ih` then `W_hh`, row-major; then, in the same pseudo-layer order, `b_ih` then
+`b_hh` (see `flat_weights`; cuDNN's double-bias mode, so `bias=False` passes zeros).
+Gate order is PyTorch's `i, f, g, o`.  Input is batch-major (B, T, I); states are
+(L*D, B, H) as PyTorch's.  With `seq_lengths` the kernel runs cuDNN's padded-IO mode
+(`CUDNN_RNN_PADDED_IO_ENABLED`, padding fill 0): each sequence stops at its length,
+`h_n`/`c_n` are at its last valid step and the reverse direction runs over its valid
+part reversed -- PyTorch's packed-sequence semantics; outputs past a length are zeroed
+here too, so the result never depends on the padding fill.  Without lengths every
+sequence gets the full T (the kernel needs the array).
+
+Not supported (clear errors): GRU, `proj_size` (the kernel fixes proj_size = hidden_size),
+float64 (the kernel is float32 only).  `allow_tf32` (default False) lets cuDNN use TF32
+tensor-core math; False asks for full float32 (`Precision.HIGHEST`), which parity needs.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from shared.spec import RNNSpec
+
+from .driver import valid_steps
+
+OPTIONS = {"allow_tf32": False}
+
+
+def unavailable_reason() -> str | None:
+    try:
+        from jax.experimental import rnn
+    except ImportError as e:
+        return f"jax.experimental.rnn cannot be imported ({e})"
+    if getattr(rnn, "gpu_rnn", None) is None:
+        return "this jaxlib has no GPU RNN kernels (jax.experimental.rnn needs a CUDA build of jaxlib)"
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if not gpus:
+        return (f"jax.experimental.rnn.lstm runs cuDNN kernels and needs a CUDA GPU; JAX sees only "
+                f"{', '.join(sorted({d.platform for d in jax.devices()}))}")
+    return None
+
+
+def unsupported_reason(spec, *, lengths: bool, dtype: str) -> str | None:
+    if spec.cell != "lstm":
+        return "jax.experimental.rnn implements only the LSTM (no GRU)"
+    if spec.proj_size:
+        return "jax.experimental.rnn has no proj_size (its cuDNN descriptor fixes proj_size = hidden_size)"
+    if dtype != "float32":
+        return f"jax.experimental.rnn's cuDNN kernel is float32 only, not {dtype}"
+    return None
+
+
+def flat_weights(spec: RNNSpec, params) -> jax.Array:
+    """The canonical params as `jax.experimental.rnn`'s flat weight vector (cuDNN layout)."""
+    GH = spec.num_gates * spec.hidden_size
+    matrices, biases = [], []
+    for layer, direction in spec.layers_and_directions():
+        s = spec.suffix(layer, direction)
+        matrices += [params[f"weight_ih_{s}"].ravel(), params[f"weight_hh_{s}"].ravel()]
+        if spec.bias:
+            biases += [params[f"bias_ih_{s}"], params[f"bias_hh_{s}"]]
+        else:
+            zeros = jnp.zeros((GH,), params[f"weight_ih_{s}"].dtype)
+            biases += [zeros, zeros]
+    return jnp.concatenate(matrices + biases)
+
+
+def _lstm(spec: RNNSpec, w, x, h0, c0, lengths, allow_tf32: bool):
+    from jax import lax
+    from jax.experimental import rnn
+
+    if not isinstance(allow_tf32, bool):
+        raise ValueError(f"allow_tf32 must be a bool, got {allow_tf32!r}")
+    T, B, _ = x.shape
+    seq_lengths = jnp.full((B,), T, jnp.int32) if lengths is None else lengths.astype(jnp.int32)
+    precision = None if allow_tf32 else lax.Precision.HIGHEST
+    y, h_n, c_n = rnn.lstm(jnp.swapaxes(x, 0, 1), h0, c0, w, seq_lengths, spec.input_size, spec.hidden_size,
+                           spec.num_layers, 0.0, spec.bidirectional, precision)
+    y = jnp.swapaxes(y, 0, 1)
+    if lengths is not None:
+        y = jnp.where(valid_steps(T, lengths), y, jnp.zeros((), y.dtype))
+    return y, h_n, c_n
+
+
+def run_stack(spec, params, x, h0, c0, lengths, *, allow_tf32: bool = False):
+    """The whole stack in one cuDNN call."""
+    return _lstm(spec, flat_weights(spec, params), x, h0, c0, lengths, allow_tf32)
+
+
+def run_layer(spec, dir_params, x, h0, c0, lengths, *, allow_tf32: bool = False):
+    """One layer (used when dropout sits between layers)."""
+    layer_spec = RNNSpec("lstm", x.shape[-1], spec.hidden_size, bias=spec.bias, bidirectional=spec.bidirectional)
+    params = {}
+    for d, p in enumerate(dir_params):
+        s = layer_spec.suffix(0, d)
+        params[f"weight_ih_{s}"], params[f"weight_hh_{s}"] = p.w_ih, p.w_hh
+        if spec.bias:
+            params[f"bias_ih_{s}"], params[f"bias_hh_{s}"] = p.b_ih, p.b_hh
+    return _lstm(layer_spec, flat_weights(layer_spec, params), x, h0, c0, lengths, allow_tf32)
