@@ -285,3 +285,13 @@ def test_real_end_to_end_quick_run(tmp_path):
     assert roofs and roofs[0]["step_mm_gflops"] > 0 and roofs[0]["best"] in ("mm", "onednn")
     assert (tmp_path / "report.md").stat().st_size > 0
     assert "torch.native" in proc.stdout
+
+
+def test_study_modules_import_no_framework():
+    code = ("import sys\n"
+            "import shared.study.cli, shared.study.runner, shared.study.report, shared.study.worker, "
+            "shared.study.workloads, shared.study.plots, shared.study.table, shared.study.machine\n"
+            "heavy = [m for m in ('torch', 'jax', 'flax', 'matplotlib') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
