@@ -231,8 +231,8 @@ def _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, for_backward
     tanh_c = x.new_empty(B, H)
     ms = x.new_empty(T, B, H) if w_hr is not None else None  # o*tanh(c) before the projection
     if for_backward:
-        # Local derivatives, laid out like the gates [i, f, g, o]; the backward turns this
-        # buffer into dG in place.
+        # Local derivatives, laid out like the gates [i, f, g, o]: the backward's dG_t is
+        # this times [dc, dc, dc, dh].
         K = x.new_empty(T, B, 4 * H)
         K_c = x.new_empty(T, B, H)  # o * (1 - tanh(c)^2): d h / d c
         fs = x.new_empty(T, B, H)  # forget gate, for the dc carry
@@ -305,7 +305,9 @@ class _LSTMFunction(torch.autograd.Function):
 
         dh = d_ext[T - 1]
         dh0 = None
-        dG = K  # becomes dG in place, step by step
+        # A fresh buffer, not K in place: the saved tensors must survive for a second
+        # backward (retain_graph=True, gradcheck).
+        dG = torch.empty_like(K)
         for t in range(T - 1, -1, -1):
             if lengths is not None and t in ends:
                 dc.addcmul_(end_mask[t], d_c_n)
@@ -315,9 +317,9 @@ class _LSTMFunction(torch.autograd.Function):
                 dhs[t].copy_(dh)
                 dm = proj_back(dh)
             dc.addcmul_(dm, K_c[t])
-            g_t = dG[t]
-            g_t[:, 3 * H:].mul_(dm)  # dG_o
-            g_t[:, :3 * H].view(B, 3, H).mul_(dc.unsqueeze(1))  # dG_i, dG_f, dG_g
+            g_t, k_t = dG[t], K[t]
+            torch.mul(k_t[:, 3 * H:], dm, out=g_t[:, 3 * H:])  # dG_o
+            torch.mul(k_t[:, :3 * H].view(B, 3, H), dc.unsqueeze(1), out=g_t[:, :3 * H].view(B, 3, H))  # dG_i,f,g
             dc.mul_(fs[t])
             if t > 0:
                 dh = hh_back(g_t, add=d_ext[t - 1])
@@ -350,8 +352,8 @@ def _gru_forward(x, h0, w_ih, w_hh, b_ih, b_hh, lengths, for_backward):
     step_gemm = Gemm(w_hh, B)
     hs = x.new_empty(T, B, H)
     if for_backward:
-        K_i = x.new_empty(T, B, 3 * H)  # d(input-side pre-activations) / dh', becomes dG_i
-        K_h = x.new_empty(T, B, 3 * H)  # n slot: K_n * r; becomes dG_h
+        K_i = x.new_empty(T, B, 3 * H)  # dG_i = K_i * dh  (input-side pre-activations)
+        K_hn = x.new_empty(T, B, H)  # dG_h = [dG_i_r, dG_i_z, K_hn * dh]  (hidden side)
         ones = x.new_ones(B, H)
         z_1mz = x.new_empty(B, H)
     h = h0
@@ -371,7 +373,7 @@ def _gru_forward(x, h0, w_ih, w_hh, b_ih, b_hh, lengths, for_backward):
             torch.addcmul(z, z, z, value=-1, out=z_1mz)
             torch.sub(h, n, out=k_z).mul_(z_1mz)  # (h - n) z(1-z)
             torch.addcmul(r, r, r, value=-1, out=k_r).mul_(gh_n).mul_(k_n)  # K_n * gh_n * r(1-r)
-            torch.mul(k_n, r, out=K_h[t][:, 2 * H:])
+            torch.mul(k_n, r, out=K_hn[t])
         h = h_new
 
     if lengths is None:
@@ -379,7 +381,7 @@ def _gru_forward(x, h0, w_ih, w_hh, b_ih, b_hh, lengths, for_backward):
     else:
         out = hs * _valid_mask(lengths, T, x.dtype)
         h_n = _last_valid(hs, lengths)
-    saved = (x_flat, hs, acts, K_i, K_h) if for_backward else None
+    saved = (x_flat, hs, acts, K_i, K_hn) if for_backward else None
     return out, h_n, saved
 
 
@@ -387,15 +389,15 @@ class _GRUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, h0, w_ih, w_hh, b_ih, b_hh, lengths):
         out, h_n, saved = _gru_forward(x, h0, w_ih, w_hh, b_ih, b_hh, lengths, for_backward=True)
-        x_flat, hs, acts, K_i, K_h = saved
-        ctx.save_for_backward(x_flat, h0, w_ih, w_hh, lengths, hs, acts, K_i, K_h)
+        x_flat, hs, acts, K_i, K_hn = saved
+        ctx.save_for_backward(x_flat, h0, w_ih, w_hh, lengths, hs, acts, K_i, K_hn)
         ctx.x_shape = x.shape
         return out, h_n
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_h_n):
-        x_flat, h0, w_ih, w_hh, lengths, hs, acts, K_i, K_h = ctx.saved_tensors
+        x_flat, h0, w_ih, w_hh, lengths, hs, acts, K_i, K_hn = ctx.saved_tensors
         need = ctx.needs_input_grad  # x, h0, w_ih, w_hh, b_ih, b_hh, lengths
         T, B, I = ctx.x_shape
         H = w_hh.shape[0] // 3
@@ -403,12 +405,12 @@ class _GRUFunction(torch.autograd.Function):
         hh_back = Gemm(w_hh.t(), B)
         dh = d_ext[T - 1]
         dh0 = None
-        dG_i, dG_h = K_i, K_h  # become the gradients in place
+        dG_i, dG_h = torch.empty_like(K_i), torch.empty_like(K_i)
         for t in range(T - 1, -1, -1):
             gi, gh = dG_i[t], dG_h[t]
-            gi.view(B, 3, H).mul_(dh.unsqueeze(1))  # [dr_pre, dz_pre, dn_pre]
+            torch.mul(K_i[t].view(B, 3, H), dh.unsqueeze(1), out=gi.view(B, 3, H))  # [dr_pre, dz_pre, dn_pre]
             gh[:, :2 * H].copy_(gi[:, :2 * H])
-            gh[:, 2 * H:].mul_(dh)  # dn_pre * r
+            torch.mul(K_hn[t], dh, out=gh[:, 2 * H:])  # dn_pre * r
             z = acts[t, :, H:2 * H]
             if t > 0:
                 dh = hh_back(gh, add=torch.addcmul(d_ext[t - 1], dh, z))

@@ -1,0 +1,273 @@
+"""The `autograd` rung's kernel, `torch_impl.autograd_fn.run_direction`, on its own.
+
+One layer, one direction, built directly on the canonical parameters of a single-layer
+`nn.LSTM`/`nn.GRU`: gradcheck in float64, parity of outputs and every gradient with the
+built-in modules (float64 and float32, oneDNN GEMM path on and off), the batched-GEMM
+structure of the backward, and errors on bad input.  The full modules (layers,
+directions, PackedSequence) are tested with the other backends.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_impl.autograd_fn import run_direction
+from torch_impl.onednn import Gemm, onednn_unavailable_reason, use_onednn
+
+# nn.LSTM says so when proj_size makes it leave oneDNN; expected here, not a problem.
+pytestmark = pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
+
+CONFIGS = [  # (cell, proj_size, bias)
+    ("lstm", 0, True), ("lstm", 0, False), ("lstm", 2, True), ("lstm", 2, False),
+    ("gru", 0, True), ("gru", 0, False),
+]
+CONFIG_IDS = [f"{c}-proj{p}-{'bias' if b else 'nobias'}" for c, p, b in CONFIGS]
+T, B, I, H = 5, 4, 3, 4
+# unsorted, with a length-1 and a full-length sequence
+LENGTHS = [3, T, 1, 4]
+
+
+def make_module(cell, proj, bias, dtype, seed=0):
+    torch.manual_seed(seed)
+    if cell == "lstm":
+        return torch.nn.LSTM(I, H, bias=bias, proj_size=proj, dtype=dtype)
+    return torch.nn.GRU(I, H, bias=bias, dtype=dtype)
+
+
+def layer_params(module):
+    p = dict(module.named_parameters())
+    return [p["weight_ih_l0"], p["weight_hh_l0"], p.get("bias_ih_l0"), p.get("bias_hh_l0"), p.get("weight_hr_l0")]
+
+
+def inputs(cell, proj, dtype, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, B, I, dtype=dtype, generator=g).requires_grad_()
+    h0 = torch.randn(B, proj or H, dtype=dtype, generator=g).requires_grad_()
+    c0 = torch.randn(B, H, dtype=dtype, generator=g).requires_grad_() if cell == "lstm" else None
+    return x, h0, c0
+
+
+def native_run(module, cell, x, h0, c0, lengths):
+    hx = (h0[None], c0[None]) if cell == "lstm" else h0[None]
+    if lengths is None:
+        out, state = module(x, hx)
+    else:
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+        out, state = module(packed, hx)
+        out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, total_length=x.shape[0])
+    h_n, c_n = state if cell == "lstm" else (state, None)
+    return out, h_n[0], (c_n[0] if c_n is not None else None)
+
+
+def loss_of(results, cotangents):
+    return sum((r * c).sum() for r, c in zip(results, cotangents) if r is not None)
+
+
+@pytest.mark.parametrize("with_lengths", [False, True], ids=["full", "lengths"])
+@pytest.mark.parametrize("cell,proj,bias", CONFIGS, ids=CONFIG_IDS)
+def test_gradcheck_float64(cell, proj, bias, with_lengths):
+    module = make_module(cell, proj, bias, torch.float64)
+    params = [p.detach().clone().requires_grad_() if p is not None else None for p in layer_params(module)]
+    x, h0, c0 = inputs(cell, proj, torch.float64)
+    lengths = torch.tensor(LENGTHS) if with_lengths else None
+
+    def fn(x, h0, c0, *weights):
+        out, h_n, c_n = run_direction(cell, x, h0, c0, *weights, lengths)
+        return (out, h_n) if c_n is None else (out, h_n, c_n)
+
+    args = (x, h0, c0, *params)
+    assert torch.autograd.gradcheck(fn, args, eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
+# float64 always runs on BLAS (the oneDNN path is float32 only)
+@pytest.mark.parametrize("dtype,atol,onednn", [(torch.float64, 1e-10, False), (torch.float32, 2e-5, True),
+                                               (torch.float32, 2e-5, False)], ids=["f64", "f32-onednn", "f32-blas"])
+@pytest.mark.parametrize("with_lengths", [False, True], ids=["full", "lengths"])
+@pytest.mark.parametrize("cell,proj,bias", CONFIGS, ids=CONFIG_IDS)
+def test_matches_native(cell, proj, bias, with_lengths, dtype, atol, onednn):
+    module = make_module(cell, proj, bias, dtype)
+    x, h0, c0 = inputs(cell, proj, dtype)
+    lengths = torch.tensor(LENGTHS) if with_lengths else None
+    wrt = [t for t in [x, h0, c0, *layer_params(module)] if t is not None]
+
+    expected = native_run(module, cell, x, h0, c0, lengths)
+    g = torch.Generator().manual_seed(2)
+    cotangents = [torch.randn(r.shape, dtype=dtype, generator=g) if r is not None else None for r in expected]
+    expected_grads = torch.autograd.grad(loss_of(expected, cotangents), wrt)
+
+    with use_onednn(onednn):
+        got = run_direction(cell, x, h0, c0, *layer_params(module), lengths)
+        got_grads = torch.autograd.grad(loss_of(got, cotangents), wrt)
+
+    names = ["out", "h_n", "c_n"]
+    for name, e, r in zip(names, expected, got):
+        assert (e is None) == (r is None), name
+        if e is not None:
+            assert r.shape == e.shape and r.dtype == dtype, name
+            torch.testing.assert_close(r, e, atol=atol, rtol=0, msg=lambda m: f"{name}: {m}")
+    grad_names = ["x", "h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh", "w_hr"]
+    grad_names = [n for n, t in zip(grad_names, [x, h0, c0, *layer_params(module)]) if t is not None]
+    for name, e, r in zip(grad_names, expected_grads, got_grads):
+        torch.testing.assert_close(r, e, atol=atol, rtol=0, msg=lambda m: f"grad {name}: {m}")
+
+
+def test_padded_steps_have_zero_output_and_hold_state():
+    module = make_module("lstm", 0, True, torch.float64)
+    x, h0, c0 = inputs("lstm", 0, torch.float64)
+    lengths = torch.tensor(LENGTHS)
+    out, h_n, c_n = run_direction("lstm", x, h0, c0, *layer_params(module), lengths)
+    for b, n in enumerate(LENGTHS):
+        assert torch.all(out[n:, b] == 0)
+        torch.testing.assert_close(h_n[b], out[n - 1, b], atol=0, rtol=0)
+        # the state after the last valid step equals running only the valid prefix
+        _, h_ref, c_ref = run_direction("lstm", x[:n, b:b + 1], h0[b:b + 1], c0[b:b + 1], *layer_params(module), None)
+        torch.testing.assert_close(h_n[b], h_ref[0], atol=1e-12, rtol=0)
+        torch.testing.assert_close(c_n[b], c_ref[0], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_no_grad_forward_equals_recording_forward(cell):
+    module = make_module(cell, 0, True, torch.float32)
+    x, h0, c0 = inputs(cell, 0, torch.float32)
+    recorded = run_direction(cell, x, h0, c0, *layer_params(module), None)
+    assert recorded[0].grad_fn is not None
+    with torch.no_grad():
+        plain = run_direction(cell, x, h0, c0, *layer_params(module), None)
+    assert plain[0].grad_fn is None
+    for a, b in zip(recorded, plain):
+        if a is not None:
+            torch.testing.assert_close(a.detach(), b, atol=0, rtol=0)
+
+
+def test_missing_initial_state_means_zeros_and_noncontiguous_input():
+    module = make_module("lstm", 0, True, torch.float64)
+    x, _, _ = inputs("lstm", 0, torch.float64)
+    x_bt = x.detach().transpose(0, 1).contiguous().transpose(0, 1)  # same values, (B, T) memory layout
+    assert not x_bt.is_contiguous()
+    zeros = torch.zeros(B, H, dtype=torch.float64)
+    got = run_direction("lstm", x_bt, None, None, *layer_params(module), None)
+    want = run_direction("lstm", x, zeros, zeros, *layer_params(module), None)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_backward_weight_gradients_are_batched_over_time(cell):
+    """The backward's GEMM count grows by exactly one per step (the recurrent dG_t @ W_hh):
+    dW_ih, dW_hh and dx are single GEMMs over all steps, whatever T is."""
+    from torch.profiler import ProfilerActivity, profile
+    gemm_ops = {"aten::mm", "aten::addmm", "aten::addmm_", "mkldnn::_linear_pointwise"}
+
+    def backward_gemms(steps):
+        module = make_module(cell, 0, True, torch.float32)
+        x = torch.randn(steps, B, I, requires_grad=True)
+        out, _, _ = run_direction(cell, x, None, None, *layer_params(module), None)
+        loss = out.sum()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            loss.backward()
+        return sum(e.count for e in prof.key_averages() if e.key in gemm_ops)
+
+    short, long = backward_gemms(3), backward_gemms(9)
+    assert long - short == 6, (short, long)
+    assert short <= 3 + 4  # per-step GEMMs + dx, dW_ih, dW_hh (2 calls: h0 and the rest)
+
+
+def test_none_inputs_get_none_gradients():
+    module = make_module("gru", 0, False, torch.float64)
+    x, h0, _ = inputs("gru", 0, torch.float64)
+    out, h_n, c_n = run_direction("gru", x, h0, None, *layer_params(module), None)
+    assert c_n is None
+    out.sum().backward()
+    assert x.grad is not None and h0.grad is not None
+    assert all(p.grad is not None for p in module.parameters())
+
+
+# ---- oneDNN helper -------------------------------------------------------------------
+@pytest.mark.parametrize("with_bias,with_add", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "blas"])
+def test_gemm_matches_matmul(with_bias, with_add, onednn):
+    g = torch.Generator().manual_seed(0)
+    w, x = torch.randn(6, 5, generator=g), torch.randn(7, 5, generator=g)
+    bias = torch.randn(6, generator=g) if with_bias else None
+    add = torch.randn(7, 6, generator=g) if with_add else None
+    want = x.double() @ w.double().t()
+    if bias is not None:
+        want = want + bias.double()
+    if add is not None:
+        want = want + add.double()
+    with use_onednn(onednn):
+        gemm = Gemm(w, batch_size=7)
+        assert gemm.onednn == (onednn and onednn_unavailable_reason("cpu", torch.float32) is None)
+        got = gemm(x, bias, add)
+        out = torch.empty(7, 6)
+        gemm(x, bias, add, out=out)
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out, got, atol=0, rtol=0)
+
+
+def test_gemm_float64_uses_blas_and_reason_is_given():
+    assert "float64" in onednn_unavailable_reason("cpu", torch.float64)
+    assert Gemm(torch.randn(3, 2, dtype=torch.float64)).onednn is False
+    with use_onednn(False):
+        assert "use_onednn(False)" in onednn_unavailable_reason("cpu", torch.float32)
+    with pytest.raises(ValueError, match="2-D"):
+        Gemm(torch.randn(3))
+
+
+# ---- bad input -----------------------------------------------------------------------
+def _lstm_args(**overrides):
+    module = make_module("lstm", 0, True, torch.float32)
+    x, h0, c0 = inputs("lstm", 0, torch.float32)
+    w_ih, w_hh, b_ih, b_hh, w_hr = layer_params(module)
+    args = dict(cell="lstm", x=x, h0=h0, c0=c0, w_ih=w_ih, w_hh=w_hh, b_ih=b_ih, b_hh=b_hh, w_hr=w_hr, lengths=None)
+    args.update(overrides)
+    return args
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(cell="rnn"), "cell must be one of"),
+    (dict(x=torch.randn(T, I)), "x must be a 3-D tensor"),
+    (dict(x=torch.randn(T, B, I + 1)), r"w_ih has shape .* expected"),
+    (dict(h0=torch.randn(B + 1, H)), r"h0 has shape"),
+    (dict(c0=torch.randn(B, H + 1)), r"c0 has shape"),
+    (dict(w_hh=torch.randn(4 * H + 1, H)), r"w_hh must be a 2-D tensor \(4\*hidden_size"),
+    (dict(b_ih=torch.randn(3)), r"b_ih has shape"),
+    (dict(h0=torch.randn(B, H, dtype=torch.float64)), r"h0 has dtype torch.float64"),
+    (dict(lengths=torch.tensor([1, 2, 3])), r"lengths must be a tensor of shape"),
+    (dict(lengths=torch.tensor([1, 2, 0, 3])), r"lengths must be in \[1, T=5\]"),
+    (dict(lengths=torch.tensor([1, 2, 6, 3])), r"lengths must be in \[1, T=5\]"),
+    (dict(lengths=torch.tensor([1, 2, 3, 4], dtype=torch.int32)), "lengths must be int64"),
+    (dict(w_hr=torch.randn(H, H + 1)), r"w_hr has shape"),
+])
+def test_bad_input_names_the_problem(overrides, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        run_direction(**_lstm_args(**overrides))
+
+
+def test_gru_rejects_lstm_only_arguments():
+    module = make_module("gru", 0, True, torch.float32)
+    x, h0, _ = inputs("gru", 0, torch.float32)
+    with pytest.raises(ValueError, match="c0 must be None"):
+        run_direction("gru", x, h0, torch.zeros(B, H), *layer_params(module), None)
+    w_ih, w_hh, b_ih, b_hh, _ = layer_params(module)
+    with pytest.raises(ValueError, match="only supported for cell='lstm'"):
+        run_direction("gru", x, h0, None, w_ih, w_hh, b_ih, b_hh, torch.randn(H, H), None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("cell,proj,bias", CONFIGS, ids=CONFIG_IDS)
+def test_cuda_matches_native(cell, proj, bias):
+    module = make_module(cell, proj, bias, torch.float64).cuda()
+    x, h0, c0 = (t.detach().cuda().requires_grad_() if t is not None else None for t in inputs(cell, proj, torch.float64))
+    lengths = torch.tensor(LENGTHS, device="cuda")
+    wrt = [t for t in [x, h0, c0, *layer_params(module)] if t is not None]
+    expected = native_run(module, cell, x, h0, c0, lengths.cpu())
+    got = run_direction(cell, x, h0, c0, *layer_params(module), lengths)
+    cot = [torch.ones_like(r) if r is not None else None for r in expected]
+    for e, r in zip(torch.autograd.grad(loss_of(expected, cot), wrt), torch.autograd.grad(loss_of(got, cot), wrt)):
+        torch.testing.assert_close(r, e, atol=1e-10, rtol=0)
+    for e, r in zip(expected, got):
+        if e is not None:
+            torch.testing.assert_close(r, e, atol=1e-10, rtol=0)
