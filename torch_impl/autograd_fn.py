@@ -54,6 +54,8 @@ later valid step depends on it), so its dG is exactly zero and it contributes no
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from .onednn import Gemm
@@ -191,17 +193,74 @@ def _effective_dout(dout, dh_n, lengths):
     tensor: the output's gradient where the output is valid, plus dh_n at each sequence's
     last valid step."""
     T, B, _ = dout.shape
+    d = _scratch.take(dout.shape, dout)
     if lengths is None:
-        d = dout.clone()
+        d.copy_(dout)
         d[T - 1] += dh_n
         return d
-    d = dout * _valid_mask(lengths, T, dout.dtype)
+    torch.mul(dout, _valid_mask(lengths, T, dout.dtype), out=d)
     d.index_put_((lengths - 1, torch.arange(B, device=d.device)), dh_n, accumulate=True)
     return d
 
 
 def _flat(t):
     return t.reshape(-1, t.shape[-1])
+
+
+class _ScratchPool:
+    """Large CPU scratch buffers reused across calls, per thread.
+
+    A fresh 50 MB tensor costs its page faults on first touch: measured here, allocating
+    and filling the (T, B, 4H) buffer of S1 takes 30 ms of CPU time, a third of the GEMM
+    that fills it.  Buffers that live only inside one call (the no-grad input
+    projection, dG in the backward, the external dh) are taken from this pool and given
+    back at the end of the call, so only the first call pays.  (CUDA has PyTorch's
+    caching allocator for this, so only CPU tensors are pooled.)  At most `max_bytes`
+    are kept; beyond that the pool is emptied.
+    """
+
+    def __init__(self, max_bytes: int = 1 << 30):
+        self.max_bytes = max_bytes
+        self._local = threading.local()
+
+    def _free(self):
+        if not hasattr(self._local, "free"):
+            self._local.free, self._local.bytes = {}, 0
+        return self._local.free
+
+    def take(self, shape, like: torch.Tensor) -> torch.Tensor:
+        if like.device.type != "cpu":
+            return like.new_empty(shape)
+        stack = self._free().get((tuple(shape), like.dtype))
+        if stack:
+            buffer = stack.pop()
+            self._local.bytes -= buffer.nbytes
+            return buffer
+        return like.new_empty(shape)
+
+    def give(self, *buffers) -> None:
+        """Return buffers nobody else references (never a returned or saved tensor)."""
+        free = self._free()
+        for buffer in buffers:
+            if buffer is None or buffer.device.type != "cpu":
+                continue
+            if self._local.bytes + buffer.nbytes > self.max_bytes:
+                free.clear()
+                self._local.bytes = 0
+            free.setdefault((tuple(buffer.shape), buffer.dtype), []).append(buffer)
+            self._local.bytes += buffer.nbytes
+
+
+_scratch = _ScratchPool()
+
+
+def _input_projection(x_flat, w, bias, out):
+    """out = x_flat @ w^T + bias, all steps in one GEMM.  BLAS, not oneDNN, on purpose:
+    it writes into a preallocated buffer, while oneDNN allocates a fresh one (measured at
+    S1, 1 thread: 63 ms into a reused buffer against 92 ms for oneDNN)"""
+    if bias is None:
+        return torch.mm(x_flat, w.t(), out=out)
+    return torch.addmm(bias, x_flat, w.t(), out=out)
 
 
 def _dw_hh(dG_hidden, h0, hs):
@@ -222,7 +281,10 @@ def _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, for_backward
     H, P = w_hh.shape[0] // 4, w_hh.shape[1]
     x_flat = x.reshape(T * B, I)
     # One GEMM for the input projection of every step, both biases folded in.
-    pre_x = Gemm(w_ih, T * B)(x_flat, _sum_biases(b_ih, b_hh)).view(T, B, 4 * H)
+    # In training this buffer then receives the local derivatives K (saved); otherwise it
+    # is scratch.
+    pre_x = x.new_empty(T, B, 4 * H) if for_backward else _scratch.take((T, B, 4 * H), x)
+    _input_projection(x_flat, w_ih, _sum_biases(b_ih, b_hh), pre_x.view(T * B, 4 * H))
     step_gemm = Gemm(w_hh, B)
     proj_gemm = Gemm(w_hr, B) if w_hr is not None else None
 
@@ -232,8 +294,8 @@ def _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, for_backward
     ms = x.new_empty(T, B, H) if w_hr is not None else None  # o*tanh(c) before the projection
     if for_backward:
         # Local derivatives, laid out like the gates [i, f, g, o]: the backward's dG_t is
-        # this times [dc, dc, dc, dh].
-        K = x.new_empty(T, B, 4 * H)
+        # this times [dc, dc, dc, dh].  Written over pre_x[t] once step t has read it.
+        K = pre_x
         K_c = x.new_empty(T, B, H)  # o * (1 - tanh(c)^2): d h / d c
         fs = x.new_empty(T, B, H)  # forget gate, for the dc carry
     h, c = h0, c0
@@ -265,6 +327,8 @@ def _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, for_backward
             torch.addcmul(o, o, K_c[t], value=-1, out=K_c[t])  # o * (1 - tanh(c)^2)
             fs[t].copy_(f)
         h, c = h_new, c_new
+    if not for_backward:
+        _scratch.give(pre_x)
 
     if lengths is None:
         out, h_n, c_n = hs, hs[T - 1].clone(), cs[T - 1].clone()
@@ -307,7 +371,7 @@ class _LSTMFunction(torch.autograd.Function):
         dh0 = None
         # A fresh buffer, not K in place: the saved tensors must survive for a second
         # backward (retain_graph=True, gradcheck).
-        dG = torch.empty_like(K)
+        dG = _scratch.take(K.shape, K)
         for t in range(T - 1, -1, -1):
             if lengths is not None and t in ends:
                 dc.addcmul_(end_mask[t], d_c_n)
@@ -335,6 +399,7 @@ class _LSTMFunction(torch.autograd.Function):
         db_hh = (db.clone() if need[5] else db) if need[6] else None  # never hand out one tensor twice
         dw_hr = torch.mm(_flat(dhs).t(), _flat(ms)) if (w_hr is not None and need[7]) else None
         dc0 = dc if need[2] else None
+        _scratch.give(dG, d_ext)
         return dx, dh0, dc0, dw_ih, dw_hh, db_ih, db_hh, dw_hr, None
 
 
@@ -346,14 +411,17 @@ def _gru_forward(x, h0, w_ih, w_hh, b_ih, b_hh, lengths, for_backward):
     T, B, I = x.shape
     H = w_hh.shape[0] // 3
     x_flat = x.reshape(T * B, I)
-    # One GEMM for the input projection of all steps (b_ih folded in); this buffer then
-    # holds the activations r, z, n of every step.
-    acts = Gemm(w_ih, T * B)(x_flat, b_ih).view(T, B, 3 * H)
+    # One GEMM for the input projection of all steps (b_ih folded in).  Step t turns its
+    # slice into the activations r, z, n and, in training, then into the local
+    # derivatives K_i (saved; dG_i = K_i * dh).  Otherwise it is scratch.
+    acts = x.new_empty(T, B, 3 * H) if for_backward else _scratch.take((T, B, 3 * H), x)
+    _input_projection(x_flat, w_ih, b_ih, acts.view(T * B, 3 * H))
     step_gemm = Gemm(w_hh, B)
     hs = x.new_empty(T, B, H)
     if for_backward:
-        K_i = x.new_empty(T, B, 3 * H)  # dG_i = K_i * dh  (input-side pre-activations)
+        K_i = acts
         K_hn = x.new_empty(T, B, H)  # dG_h = [dG_i_r, dG_i_z, K_hn * dh]  (hidden side)
+        zs = x.new_empty(T, B, H)  # update gate, for the dh carry
         ones = x.new_ones(B, H)
         z_1mz = x.new_empty(B, H)
     h = h0
@@ -366,22 +434,25 @@ def _gru_forward(x, h0, w_ih, w_hh, b_ih, b_hh, lengths, for_backward):
         gh_n = gh[:, 2 * H:]
         n.addcmul_(r, gh_n).tanh_()
         h_new = torch.lerp(n, h, z, out=hs[t])  # n + z * (h - n)
-        if for_backward:
-            k_r, k_z, k_n = K_i[t].chunk(3, 1)
-            torch.addcmul(ones, n, n, value=-1, out=k_n)  # 1 - n^2
-            k_n.addcmul_(k_n, z, value=-1)  # (1 - z)(1 - n^2)
-            torch.addcmul(z, z, z, value=-1, out=z_1mz)
-            torch.sub(h, n, out=k_z).mul_(z_1mz)  # (h - n) z(1-z)
-            torch.addcmul(r, r, r, value=-1, out=k_r).mul_(gh_n).mul_(k_n)  # K_n * gh_n * r(1-r)
-            torch.mul(k_n, r, out=K_hn[t])
+        if for_backward:  # overwrite r, z, n by K_r, K_z, K_n in an order that reads each first
+            z_t = zs[t]
+            z_t.copy_(z)
+            torch.addcmul(z_t, z_t, z_t, value=-1, out=z_1mz)
+            torch.sub(h, n, out=z).mul_(z_1mz)  # K_z = (h - n) z(1-z)
+            torch.addcmul(ones, n, n, value=-1, out=n)  # 1 - n^2
+            n.addcmul_(n, z_t, value=-1)  # K_n = (1 - z)(1 - n^2)
+            torch.mul(n, r, out=K_hn[t])
+            torch.addcmul(r, r, r, value=-1, out=r).mul_(gh_n).mul_(n)  # K_r = K_n * gh_n * r(1-r)
         h = h_new
+    if not for_backward:
+        _scratch.give(acts)
 
     if lengths is None:
         out, h_n = hs, hs[T - 1].clone()
     else:
         out = hs * _valid_mask(lengths, T, x.dtype)
         h_n = _last_valid(hs, lengths)
-    saved = (x_flat, hs, acts, K_i, K_hn) if for_backward else None
+    saved = (x_flat, hs, zs, K_i, K_hn) if for_backward else None
     return out, h_n, saved
 
 
@@ -389,15 +460,15 @@ class _GRUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, h0, w_ih, w_hh, b_ih, b_hh, lengths):
         out, h_n, saved = _gru_forward(x, h0, w_ih, w_hh, b_ih, b_hh, lengths, for_backward=True)
-        x_flat, hs, acts, K_i, K_hn = saved
-        ctx.save_for_backward(x_flat, h0, w_ih, w_hh, lengths, hs, acts, K_i, K_hn)
+        x_flat, hs, zs, K_i, K_hn = saved
+        ctx.save_for_backward(x_flat, h0, w_ih, w_hh, lengths, hs, zs, K_i, K_hn)
         ctx.x_shape = x.shape
         return out, h_n
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_h_n):
-        x_flat, h0, w_ih, w_hh, lengths, hs, acts, K_i, K_hn = ctx.saved_tensors
+        x_flat, h0, w_ih, w_hh, lengths, hs, zs, K_i, K_hn = ctx.saved_tensors
         need = ctx.needs_input_grad  # x, h0, w_ih, w_hh, b_ih, b_hh, lengths
         T, B, I = ctx.x_shape
         H = w_hh.shape[0] // 3
@@ -405,13 +476,13 @@ class _GRUFunction(torch.autograd.Function):
         hh_back = Gemm(w_hh.t(), B)
         dh = d_ext[T - 1]
         dh0 = None
-        dG_i, dG_h = torch.empty_like(K_i), torch.empty_like(K_i)
+        dG_i, dG_h = _scratch.take(K_i.shape, K_i), _scratch.take(K_i.shape, K_i)
         for t in range(T - 1, -1, -1):
             gi, gh = dG_i[t], dG_h[t]
             torch.mul(K_i[t].view(B, 3, H), dh.unsqueeze(1), out=gi.view(B, 3, H))  # [dr_pre, dz_pre, dn_pre]
             gh[:, :2 * H].copy_(gi[:, :2 * H])
             torch.mul(K_hn[t], dh, out=gh[:, 2 * H:])  # dn_pre * r
-            z = acts[t, :, H:2 * H]
+            z = zs[t]
             if t > 0:
                 dh = hh_back(gh, add=torch.addcmul(d_ext[t - 1], dh, z))
             elif need[1]:
@@ -423,4 +494,5 @@ class _GRUFunction(torch.autograd.Function):
         dw_hh = _dw_hh(dG_h, h0, hs) if need[3] else None
         db_ih = gi_flat.sum(0) if need[4] else None
         db_hh = gh_flat.sum(0) if need[5] else None
+        _scratch.give(dG_i, dG_h, d_ext)
         return dx, dh0, dw_ih, dw_hh, db_ih, db_hh, None
