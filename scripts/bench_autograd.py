@@ -5,9 +5,11 @@
 
 Variants, timed interleaved (one call of each per round, so load from other processes
 hits them alike) and reported as medians and as ratios to `native` of the same round:
-  native        nn.LSTM / nn.GRU (oneDNN RNN primitive for the float32 CPU LSTM)
-  autograd      torch_impl.autograd_fn.run_direction, GEMMs through oneDNN
-  autograd-mm   the same with use_onednn(False): GEMMs through torch.mm/addmm (MKL)
+  native           nn.LSTM / nn.GRU (oneDNN RNN primitive for the float32 CPU LSTM)
+  autograd         torch_impl.autograd_fn.run_direction, GEMM policy "auto" (the default:
+                   per shape, the faster of oneDNN and BLAS, timed at the first call)
+  autograd-onednn  (--no-onednn) the same with policy "onednn": step GEMMs on oneDNN
+  autograd-mm      (--no-onednn) policy "blas": every GEMM on torch.mm/addmm (MKL)
 for forward without gradients ("fwd") and forward + backward w.r.t. x and all parameters
 ("fwd+bwd").  --profile prints where the autograd variant's time goes (GEMM vs the rest).
 """
@@ -25,7 +27,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from torch_impl.autograd_fn import run_direction  # noqa: E402
-from torch_impl.onednn import onednn_unavailable_reason, use_onednn  # noqa: E402
+from torch_impl.onednn import onednn_unavailable_reason, tuned_choices, use_onednn  # noqa: E402
 
 GEMM_OPS = ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::addmm_", "mkldnn::_reorder_linear_weight")
 
@@ -60,17 +62,18 @@ def make_variants(cell, module, x, with_mm):
         out, _, _ = run_direction(cell, x, h0, c0, *args)
         out.sum().backward()
 
-    def no_onednn(fn):
+    def forced(fn, onednn):
         def wrapped():
-            with use_onednn(False):
+            with use_onednn(onednn):
                 fn()
         return wrapped
 
     variants = {"fwd": {"native": native_fwd, "autograd": ours_fwd},
                 "fwd+bwd": {"native": native_train, "autograd": ours_train}}
     if with_mm:
-        variants["fwd"]["autograd-mm"] = no_onednn(ours_fwd)
-        variants["fwd+bwd"]["autograd-mm"] = no_onednn(ours_train)
+        for mode, fn in (("fwd", ours_fwd), ("fwd+bwd", ours_train)):
+            variants[mode]["autograd-onednn"] = forced(fn, True)
+            variants[mode]["autograd-mm"] = forced(fn, False)
     return variants
 
 
@@ -121,7 +124,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--no-onednn", dest="with_mm", action="store_true",
-                    help="also time the autograd rung with oneDNN switched off (torch.mm/addmm)")
+                    help="also time the autograd rung with the GEMM path forced: oneDNN, and BLAS (torch.mm)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall: time.perf_counter (the figure that counts); cpu: this process's CPU "
                          "time (steadier on a shared machine; with --threads 1 it measures work)")
@@ -152,8 +155,12 @@ def main(argv=None):
             for name in variants[mode]:
                 med = statistics.median(times[name])
                 rate = (flops if mode == "fwd" else 3 * flops) / med / 1e9
-                print(f"{cell:4s} {mode:8s} {name:12s} median {med * 1e3:8.1f} ms  "
+                print(f"{cell:4s} {mode:8s} {name:15s} median {med * 1e3:8.1f} ms  "
                       f"ratio to native {statistics.median(ratios[name]):5.2f}  ({rate:5.0f} GFLOP/s)")
+        choices = {k: v for k, v in tuned_choices().items() if k[0] == args.B}
+        print(f"{cell}: GEMM policy 'auto' chose " + ", ".join(
+            f"{k[0]}x{k[1]}x{k[2]}{' +add' if k[6] else ''}{' +bias' if k[5] else ''}: {v}"
+            for k, v in choices.items()))
         if args.profile:
             for mode in modes:
                 profile(cell, variants[mode]["autograd"], zero_grad, f"autograd {mode}")

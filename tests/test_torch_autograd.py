@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from torch_impl.autograd_fn import run_direction
-from torch_impl.onednn import Gemm, onednn_unavailable_reason, use_onednn
+from torch_impl.onednn import Gemm, onednn_unavailable_reason, tuned_choices, use_gemm_policy, use_onednn
 
 # nn.LSTM says so when proj_size makes it leave oneDNN; expected here, not a problem.
 pytestmark = pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
@@ -168,7 +168,8 @@ def test_backward_weight_gradients_are_batched_over_time(cell):
             loss.backward()
         return sum(e.count for e in prof.key_averages() if e.key in gemm_ops)
 
-    short, long = backward_gemms(3), backward_gemms(9)
+    with use_gemm_policy("onednn"):  # no first-call timing ("auto") inside the profile
+        short, long = backward_gemms(3), backward_gemms(9)
     assert long - short == 6, (short, long)
     assert short <= 3 + 4  # per-step GEMMs + dx, dW_ih, dW_hh (2 calls: h0 and the rest)
 
@@ -206,11 +207,28 @@ def test_gemm_matches_matmul(with_bias, with_add, onednn):
     torch.testing.assert_close(out, got, atol=0, rtol=0)
 
 
+def test_gemm_auto_policy_times_once_and_agrees():
+    g = torch.Generator().manual_seed(1)
+    w, x, add = torch.randn(9, 11, generator=g), torch.randn(13, 11, generator=g), torch.randn(13, 9, generator=g)
+    with use_gemm_policy("auto"):
+        gemm = Gemm(w, batch_size=13)
+        got = gemm(x, add=add)
+        again = Gemm(w, batch_size=13)(x, add=add)
+    assert gemm.path in ("onednn", "blas")
+    if onednn_unavailable_reason("cpu", torch.float32) is None:
+        assert tuned_choices()[(13, 11, 9, torch.float32, torch.get_num_threads(), False, True)] == gemm.path
+    torch.testing.assert_close(got, x @ w.t() + add, atol=1e-5, rtol=0)
+    torch.testing.assert_close(again, got, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="policy must be one of"):
+        with use_gemm_policy("fastest"):
+            pass
+
+
 def test_gemm_float64_uses_blas_and_reason_is_given():
     assert "float64" in onednn_unavailable_reason("cpu", torch.float64)
     assert Gemm(torch.randn(3, 2, dtype=torch.float64)).onednn is False
     with use_onednn(False):
-        assert "use_onednn(False)" in onednn_unavailable_reason("cpu", torch.float32)
+        assert "switched off" in onednn_unavailable_reason("cpu", torch.float32)
     with pytest.raises(ValueError, match="2-D"):
         Gemm(torch.randn(3))
 

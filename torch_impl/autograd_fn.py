@@ -391,7 +391,7 @@ class _LSTMFunction(torch.autograd.Function):
                 dh0 = hh_back(g_t)
 
         dG_flat = _flat(dG)
-        dx = Gemm(w_ih.t(), T * B)(dG_flat).view(T, B, I) if need[0] else None
+        dx = Gemm(w_ih.t(), T * B, tune=False)(dG_flat).view(T, B, I) if need[0] else None
         dw_ih = torch.mm(dG_flat.t(), x_flat) if need[3] else None
         dw_hh = _dw_hh(dG, h0, hs) if need[4] else None
         db = dG_flat.sum(0) if (need[5] or need[6]) else None
@@ -489,7 +489,7 @@ class _GRUFunction(torch.autograd.Function):
                 dh0 = hh_back(gh, add=dh * z)
 
         gi_flat, gh_flat = _flat(dG_i), _flat(dG_h)
-        dx = Gemm(w_ih.t(), T * B)(gi_flat).view(T, B, I) if need[0] else None
+        dx = Gemm(w_ih.t(), T * B, tune=False)(gi_flat).view(T, B, I) if need[0] else None
         dw_ih = torch.mm(gi_flat.t(), x_flat) if need[2] else None
         dw_hh = _dw_hh(dG_h, h0, hs) if need[3] else None
         db_ih = gi_flat.sum(0) if need[4] else None

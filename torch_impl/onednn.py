@@ -14,18 +14,27 @@ built in, the ops present), and with `torch.addmm`/`torch.mm` on a once-transpos
 otherwise (float64, CUDA (cuBLAS), a torch without the ops).  Nothing here records
 autograd history: it is meant for the inside of custom `autograd.Function`s.
 
-`use_onednn(False)` (a context manager) switches the oneDNN path off, so the study can
-show what the GEMM library alone buys.
+Which library runs is a policy (`use_gemm_policy`, or the environment variable
+RNNBENCH_GEMM for the process): "auto" (the default) times both on the first call of
+each shape and keeps the faster for the rest of the process, because on this shared
+2-core machine the winner depends on the load; "onednn" or "blas" force one.
+`use_onednn(False)` is policy "blas", so the study can show what the GEMM library buys.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import statistics
 import threading
+import time
 
 import torch
 
 _state = threading.local()
+
+POLICIES = ("auto", "onednn", "blas")
+_ENV = "RNNBENCH_GEMM"  # default policy for the process: auto | onednn | blas
 
 
 def _ops_present() -> bool:
@@ -40,20 +49,43 @@ def _ops_present() -> bool:
 _OPS_PRESENT = _ops_present()
 
 
+def _default_policy() -> str:
+    policy = os.environ.get(_ENV, "auto").strip().lower() or "auto"
+    if policy not in POLICIES:
+        raise ValueError(f"{_ENV} must be one of {POLICIES}, got {policy!r}")
+    return policy
+
+
+def gemm_policy() -> str:
+    """The GEMM path policy in this thread: "auto" (time both once per shape, keep the
+    faster), "onednn" (whenever it can run) or "blas"."""
+    return getattr(_state, "policy", None) or _default_policy()
+
+
+@contextlib.contextmanager
+def use_gemm_policy(policy: str):
+    """Temporarily set the GEMM path policy ("auto", "onednn" or "blas") in this thread."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    previous = getattr(_state, "policy", None)
+    _state.policy = policy
+    try:
+        yield
+    finally:
+        _state.policy = previous
+
+
 def onednn_enabled() -> bool:
-    """Whether the oneDNN path may be used (switched on by default, off in `use_onednn(False)`)."""
-    return getattr(_state, "enabled", True)
+    """Whether the oneDNN path may be used (not under `use_onednn(False)` / policy "blas")."""
+    return gemm_policy() != "blas"
 
 
 @contextlib.contextmanager
 def use_onednn(enabled: bool):
-    """Temporarily allow (True) or forbid (False) the oneDNN GEMM path in this thread."""
-    previous = onednn_enabled()
-    _state.enabled = bool(enabled)
-    try:
+    """`use_onednn(False)`: BLAS only (policy "blas"); `use_onednn(True)`: oneDNN wherever
+    it can run (policy "onednn")."""
+    with use_gemm_policy("onednn" if enabled else "blas"):
         yield
-    finally:
-        _state.enabled = previous
 
 
 def onednn_unavailable_reason(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> str | None:
@@ -66,43 +98,83 @@ def onednn_unavailable_reason(device: torch.device | str = "cpu", dtype: torch.d
     if dtype != torch.float32:
         return f"oneDNN linear does not take {dtype} (float32 only here)"
     if not onednn_enabled():
-        return "switched off by use_onednn(False)"
+        return "switched off (use_onednn(False) or GEMM policy 'blas')"
     return None
+
+
+# Winner of the "auto" policy per (rows, in, out, dtype, threads, bias?, add?), per process.
+_TUNED: dict[tuple, str] = {}
+
+
+def tuned_choices() -> dict[tuple, str]:
+    """What the "auto" policy chose so far: key (rows, in, out, dtype, threads, bias, add)."""
+    return dict(_TUNED)
 
 
 class Gemm:
     """`y = x @ weight^T (+ bias) (+ add)` for a fixed `weight` (N, K), prepared once.
 
-    `batch_size` is the expected number of rows of `x`; oneDNN picks its weight layout for
-    it (any row count still works).  Calls never record autograd history.
+    Which library runs it follows `gemm_policy()` at construction.  Under "auto" the first
+    call of each shape times both libraries on the real operands (a few interleaved calls
+    each) and every later call of that shape in the process uses the faster: on this
+    shared 2-core machine the winner changes with the load (oneDNN's threaded step GEMM
+    is about 2.5x faster than MKL on an idle machine, DESIGN.md section 6, but measured
+    1.5x slower than MKL's single-threaded one while other processes compete for the
+    cores).  `batch_size` is the expected number of rows of `x`, for oneDNN's weight
+    layout (any row count still works).  Calls never record autograd history.
     """
 
-    def __init__(self, weight: torch.Tensor, batch_size: int | None = None):
+    TUNE_ROUNDS = 3
+    TUNE_CALLS = 3
+
+    def __init__(self, weight: torch.Tensor, batch_size: int | None = None, tune: bool = True):
+        """`tune=False`: under "auto", use oneDNN without timing (for a GEMM run once per
+        call, where timing both would cost more than it can save)."""
         if weight.dim() != 2:
             raise ValueError(f"Gemm weight must be 2-D (N, K), got shape {tuple(weight.shape)}")
         self.out_features, self.in_features = weight.shape
-        self.onednn = onednn_unavailable_reason(weight.device, weight.dtype) is None
-        with torch.no_grad():
-            if self.onednn:
-                self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), batch_size)
-            else:
-                # BLAS is fastest with the right operand contiguous (measured: mm(x, W^T
-                # contiguous) beats mm(x, W.t()) by about 10% on the step shape).
-                self._weight_t = weight.detach().t().contiguous()
+        self._weight = weight.detach()
+        self._batch_size = batch_size
+        self._packed = self._weight_t = None
+        policy = gemm_policy()
+        if onednn_unavailable_reason(weight.device, weight.dtype) is not None:
+            self.path = "blas"
+        else:
+            self.path = policy if policy != "auto" else (None if tune else "onednn")  # None: at the first call
+
+    @property
+    def onednn(self) -> bool:
+        """True when this Gemm runs (or, undecided under "auto", may run) on oneDNN."""
+        return self.path != "blas"
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None, add: torch.Tensor | None = None,
                  out: torch.Tensor | None = None) -> torch.Tensor:
         """x (M, K) -> (M, N).  `add` (M, N) is added; `out`, if given, receives the result
         (BLAS writes it directly; oneDNN allocates its result, so `out` costs a copy)."""
-        if self.onednn:
-            if add is not None:
-                y = torch.ops.mkldnn._linear_pointwise.binary(x, add, self._packed, bias, "add")
-            else:
-                y = torch.ops.mkldnn._linear_pointwise(x, self._packed, bias, "none", [], "")
-            if out is not None:
-                out.copy_(y)
-                return out
-            return y
+        if self.path is None:
+            self.path = self._choose(x, bias, add)
+        if self.path == "onednn":
+            return self._onednn(x, bias, add, out)
+        return self._blas(x, bias, add, out)
+
+    def _onednn(self, x, bias, add, out):
+        if self._packed is None:
+            with torch.no_grad():
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(self._weight.contiguous(), self._batch_size)
+        if add is not None:
+            y = torch.ops.mkldnn._linear_pointwise.binary(x, add, self._packed, bias, "add")
+        else:
+            y = torch.ops.mkldnn._linear_pointwise(x, self._packed, bias, "none", [], "")
+        if out is not None:
+            out.copy_(y)
+            return out
+        return y
+
+    def _blas(self, x, bias, add, out):
+        if self._weight_t is None:
+            # BLAS is fastest with the right operand contiguous (measured: mm(x, W^T
+            # contiguous) beats mm(x, W.t()) by about 10% on the step shape).
+            self._weight_t = self._weight.t().contiguous()
         if add is not None:
             if bias is not None:
                 add = add + bias
@@ -111,6 +183,22 @@ class Gemm:
             return torch.addmm(bias, x, self._weight_t, out=out) if out is not None else torch.addmm(bias, x, self._weight_t)
         return torch.mm(x, self._weight_t, out=out) if out is not None else torch.mm(x, self._weight_t)
 
+    def _choose(self, x, bias, add) -> str:
+        key = (x.shape[0], self.in_features, self.out_features, x.dtype, torch.get_num_threads(),
+               bias is not None, add is not None)
+        if key not in _TUNED:
+            times = {"onednn": [], "blas": []}
+            with torch.no_grad():
+                for _ in range(self.TUNE_ROUNDS):  # interleaved, so a burst of load hits both
+                    for path, run in (("onednn", self._onednn), ("blas", self._blas)):
+                        run(x, bias, add, None)  # warm (first oneDNN call creates the primitive)
+                        start = time.perf_counter()
+                        for _ in range(self.TUNE_CALLS):
+                            run(x, bias, add, None)
+                        times[path].append(time.perf_counter() - start)
+            _TUNED[key] = min(times, key=lambda p: statistics.median(times[p]))
+        return _TUNED[key]
+
     def __repr__(self) -> str:
-        path = "oneDNN" if self.onednn else "BLAS"
+        path = {"onednn": "oneDNN", "blas": "BLAS", None: "auto: undecided"}[self.path]
         return f"Gemm({self.in_features} -> {self.out_features}, {path})"
