@@ -51,13 +51,23 @@ def init_params(spec: RNNSpec, seed: int | np.random.Generator = 0, *, scheme: s
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     H = spec.hidden_size
     params: dict[str, np.ndarray] = {}
+    extras = _extra_inits(spec)
     if scheme == "pytorch":
         k = 1.0 / np.sqrt(H)
         for name, shape in spec.param_shapes().items():
-            params[name] = rng.uniform(-k, k, size=shape).astype(dtype)
+            init = extras.get(name, "uniform")
+            if init == "uniform":
+                params[name] = rng.uniform(-k, k, size=shape).astype(dtype)
+            else:  # LayerNorm gains and biases start as nn.LayerNorm's: ones, zeros
+                params[name] = (np.ones if init == "ones" else np.zeros)(shape, dtype=dtype)
     elif scheme == "orthogonal":
+        k = 1.0 / np.sqrt(H)
         for name, shape in spec.param_shapes().items():
-            if name.startswith("weight_hh") or name.startswith("weight_hr"):
+            if name in extras:
+                init = extras[name]
+                params[name] = (rng.uniform(-k, k, size=shape) if init == "uniform" else
+                                (np.ones if init == "ones" else np.zeros)(shape)).astype(dtype)
+            elif name.startswith("weight_hh") or name.startswith("weight_hr"):
                 blocks = spec.num_gates if name.startswith("weight_hh") else 1
                 rows = shape[0] // blocks
                 params[name] = np.concatenate(
@@ -68,13 +78,19 @@ def init_params(spec: RNNSpec, seed: int | np.random.Generator = 0, *, scheme: s
                 params[name] = rng.uniform(-limit, limit, size=shape).astype(dtype)
             else:
                 b = np.zeros(shape, dtype=dtype)
-                if spec.cell == "lstm" and name.startswith("bias_ih"):
+                if spec.family == "lstm" and name.startswith("bias_ih"):
                     f = GATES["lstm"].index("f")
                     b[f * H:(f + 1) * H] = 1.0
                 params[name] = b
     else:
         raise ValueError(f"scheme must be 'pytorch' or 'orthogonal', got {scheme!r}")
     return params
+
+
+def _extra_inits(spec: RNNSpec) -> dict[str, str]:
+    """Full name -> init rule of the cell's extra parameters (shared.cells.ExtraParam)."""
+    return {f"{e.prefix}_{spec.suffix(layer, d)}": e.init
+            for e in spec.cell_def.extra_params for layer, d in spec.layers_and_directions()}
 
 
 def _orthogonal(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:

@@ -10,8 +10,19 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-CELLS = ("lstm", "gru")
-GATES = {"lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")}
+from .cells import CELL_DEFS, STANDARD_CELLS, get_cell
+
+CELLS = STANDARD_CELLS  # PyTorch's two cells; shared.cells.CELL_DEFS has every registered cell
+
+
+class _Gates(dict):
+    """Cell name -> gate letters, for every registered cell (also ones added later)."""
+
+    def __missing__(self, name):
+        return get_cell(name).gates
+
+
+GATES = _Gates({"lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")})
 
 
 @dataclass(frozen=True)
@@ -32,8 +43,8 @@ class RNNSpec:
     dropout: float = 0.0
 
     def __post_init__(self):
-        if self.cell not in CELLS:
-            raise ValueError(f"cell must be one of {CELLS}, got {self.cell!r}")
+        if self.cell not in CELL_DEFS:
+            raise ValueError(f"cell must be one of {tuple(CELL_DEFS)}, got {self.cell!r}")
         for name in ("input_size", "hidden_size", "num_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -43,8 +54,10 @@ class RNNSpec:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if isinstance(self.proj_size, bool) or not isinstance(self.proj_size, int) or self.proj_size < 0:
             raise ValueError(f"proj_size must be an integer >= 0, got {self.proj_size!r}")
-        if self.proj_size and self.cell != "lstm":
-            raise ValueError(f"proj_size is only supported for cell='lstm', got proj_size={self.proj_size} with cell={self.cell!r}")
+        if self.proj_size and not get_cell(self.cell).proj_size:
+            with_proj = [n for n, c in CELL_DEFS.items() if c.proj_size]
+            raise ValueError(f"proj_size is only supported for cell in {with_proj}, "
+                             f"got proj_size={self.proj_size} with cell={self.cell!r}")
         if self.proj_size >= self.hidden_size:
             raise ValueError(
                 f"proj_size must be in [0, hidden_size) = [0, {self.hidden_size}), got {self.proj_size}")
@@ -52,6 +65,16 @@ class RNNSpec:
             raise ValueError(f"dropout must be a number in [0, 1], got {self.dropout!r}")
 
     # ---- derived sizes -------------------------------------------------------------
+    @property
+    def cell_def(self):
+        """The `shared.cells.CellDef` of this spec's cell."""
+        return get_cell(self.cell)
+
+    @property
+    def family(self) -> str:
+        """"lstm" (state h, c) or "gru" (state h)."""
+        return get_cell(self.cell).family
+
     @property
     def num_gates(self) -> int:
         return len(GATES[self.cell])
@@ -98,6 +121,8 @@ class RNNSpec:
                 shapes[f"bias_hh_{s}"] = (G * H,)
             if P:
                 shapes[f"weight_hr_{s}"] = (P, H)
+            for extra in get_cell(self.cell).extra_params:
+                shapes[f"{extra.prefix}_{s}"] = extra.shape(H)
         return shapes
 
     def param_names(self) -> list[str]:
@@ -107,7 +132,7 @@ class RNNSpec:
         """Shapes of h0/h_n and (LSTM) c0/c_n for a batch of `batch` sequences."""
         n = self.num_layers * self.num_directions
         shapes = {"h": (n, batch, self.output_hidden_size)}
-        if self.cell == "lstm":
+        if self.family == "lstm":
             shapes["c"] = (n, batch, self.hidden_size)
         return shapes
 

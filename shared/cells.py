@@ -1,0 +1,112 @@
+"""The catalogue of recurrent cells: what each computes and which parameters it adds.
+
+A cell is identified by name in `RNNSpec.cell`.  `lstm` and `gru` are PyTorch's cells
+(the canonical contract, DESIGN.md section 3).  The others extend the canonical
+parameter convention: each adds per-(layer, direction) entries named
+`<prefix>_l{k}[_reverse]` beside PyTorch's `weight_ih/weight_hh/bias_ih/bias_hh`.
+
+This module is framework-neutral: it describes cells; the NumPy reference, torch_impl
+and jax_impl implement them.  The `family` says what state a cell carries: "lstm"
+cells carry (h, c), "gru" cells carry h.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ExtraParam:
+    """One extra per-(layer, direction) parameter: `<prefix>_l{k}[_reverse]`."""
+
+    prefix: str
+    size: str  # shape as a multiple of H, e.g. "3H" (a 1-D vector) or "4H"
+    init: str  # "uniform" (PyTorch's U(-1/sqrt(H), 1/sqrt(H))), "ones" or "zeros"
+    doc: str
+
+    def shape(self, hidden_size: int) -> tuple[int, ...]:
+        factor = int(self.size[:-1] or 1)
+        return (factor * hidden_size,)
+
+
+@dataclass(frozen=True)
+class CellDef:
+    name: str
+    family: str  # "lstm" (state h, c) or "gru" (state h)
+    gates: tuple[str, ...]
+    summary: str
+    equations: str
+    extra_params: tuple[ExtraParam, ...] = field(default=())
+    proj_size: bool = False  # whether the cell supports LSTM's output projection
+
+    @property
+    def has_cell_state(self) -> bool:
+        return self.family == "lstm"
+
+
+CELL_DEFS: dict[str, CellDef] = {}
+
+
+def register_cell(cell: CellDef) -> CellDef:
+    """Add a cell to the catalogue (a user's own cell too); returns it."""
+    if cell.family not in ("lstm", "gru"):
+        raise ValueError(f"family must be 'lstm' or 'gru', got {cell.family!r}")
+    if cell.name in CELL_DEFS and CELL_DEFS[cell.name] != cell:
+        raise ValueError(f"a different cell named {cell.name!r} is already registered")
+    CELL_DEFS[cell.name] = cell
+    return cell
+
+
+def get_cell(name: str) -> CellDef:
+    try:
+        return CELL_DEFS[name]
+    except KeyError:
+        raise ValueError(f"cell must be one of {tuple(CELL_DEFS)}, got {name!r}") from None
+
+
+register_cell(CellDef(
+    "lstm", "lstm", ("i", "f", "g", "o"), "PyTorch's LSTM (nn.LSTM)",
+    """i, f, o = sigmoid(W_i* x + b_i* + W_h* h + b_h*);  g = tanh(W_ig x + b_ig + W_hg h + b_hg)
+c' = f * c + i * g;  h' = o * tanh(c')   (with proj_size: h' = W_hr h')""",
+    proj_size=True))
+
+register_cell(CellDef(
+    "gru", "gru", ("r", "z", "n"), "PyTorch's GRU (nn.GRU): reset applied after the recurrent matmul",
+    """r, z = sigmoid(W_i* x + b_i* + W_h* h + b_h*)
+n = tanh(W_in x + b_in + r * (W_hn h + b_hn));  h' = (1 - z) * n + z * h"""))
+
+register_cell(CellDef(
+    "ln_lstm", "lstm", ("i", "f", "g", "o"),
+    "LayerNorm LSTM (Ba et al. 2016; PyTorch benchmarks/fastrnns LayerNormLSTMCell)",
+    """a = LN_ih(W_ih x + b_ih) + LN_hh(W_hh h + b_hh)         (each LN over the 4H gate pre-activations)
+i, f, o = sigmoid(a_i, a_f, a_o);  g = tanh(a_g)
+c' = LN_c(f * c + i * g);  h' = o * tanh(c')                (c' is the normalised cell state)
+LN(v) = (v - mean(v)) / sqrt(var(v) + 1e-5) * gain + bias    (biased variance, eps 1e-5, as nn.LayerNorm)""",
+    extra_params=(
+        ExtraParam("layernorm_ih_weight", "4H", "ones", "gain of LN_ih"),
+        ExtraParam("layernorm_ih_bias", "4H", "zeros", "bias of LN_ih"),
+        ExtraParam("layernorm_hh_weight", "4H", "ones", "gain of LN_hh"),
+        ExtraParam("layernorm_hh_bias", "4H", "zeros", "bias of LN_hh"),
+        ExtraParam("layernorm_c_weight", "H", "ones", "gain of LN_c"),
+        ExtraParam("layernorm_c_bias", "H", "zeros", "bias of LN_c"),
+    )))
+
+register_cell(CellDef(
+    "peephole_lstm", "lstm", ("i", "f", "g", "o"),
+    "Peephole LSTM (Gers and Schmidhuber 2000; ONNX LSTM with P)",
+    """i = sigmoid(W_ii x + b_ii + W_hi h + b_hi + p_i * c)
+f = sigmoid(W_if x + b_if + W_hf h + b_hf + p_f * c)
+g = tanh(W_ig x + b_ig + W_hg h + b_hg)
+c' = f * c + i * g
+o = sigmoid(W_io x + b_io + W_ho h + b_ho + p_o * c')
+h' = o * tanh(c')""",
+    extra_params=(ExtraParam("peephole", "3H", "uniform", "diagonal peephole weights, blocks p_i, p_f, p_o (ONNX P order iof)"),)))
+
+register_cell(CellDef(
+    "gru_reset_before", "gru", ("r", "z", "n"),
+    "GRU with the reset gate applied before the recurrent matmul (Cho et al. 2014; ONNX linear_before_reset=0, Keras reset_after=False)",
+    """r, z = sigmoid(W_i* x + b_i* + W_h* h + b_h*)
+n = tanh(W_in x + b_in + W_hn (r * h) + b_hn);  h' = (1 - z) * n + z * h"""))
+
+STANDARD_CELLS = ("lstm", "gru")
+CUSTOM_CELLS = ("ln_lstm", "peephole_lstm", "gru_reset_before")
