@@ -27,6 +27,7 @@ valid part reversed, PyTorch's packed-sequence semantics.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
@@ -255,10 +256,16 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
     cast = {k: _as_float_array(k, v, dtype) for k, v in params.items()}
     if hasattr(module, "validate"):
         module.validate(spec, cast)
-    if between_layers is None and hasattr(module, "run_stack"):
-        output, h_n, c_n = module.run_stack(spec, cast, x, h0, c0, lengths, **options)
+    if between_layers is None:
+        try:
+            key = tuple(sorted(options.items()))
+            hash(key)
+        except TypeError:  # an unhashable option value: run uncompiled
+            output, h_n, c_n = _compute(impl, spec, None, options, cast, x, h0, c0, lengths)
+        else:
+            output, h_n, c_n = _compiled(impl, spec, key)(cast, x, h0, c0, lengths)
     else:
-        output, h_n, c_n = _run_layers(module, spec, cast, x, h0, c0, lengths, between_layers, options)
+        output, h_n, c_n = _compute(impl, spec, between_layers, options, cast, x, h0, c0, lengths)
 
     if not batched:
         output, h_n = output[:, 0], h_n[:, 0]
@@ -266,6 +273,23 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
     elif batch_first:
         output = jnp.swapaxes(output, 0, 1)
     return output, h_n, c_n
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(impl: str, spec: RNNSpec, options: tuple):
+    """The whole computation as one jitted function per configuration.
+
+    Called eagerly, `lstm`/`gru` then run one compiled executable instead of dispatching
+    (and compiling) every small op; inside a user's `jit` the inner jit is inlined.
+    """
+    return jax.jit(functools.partial(_compute, impl, spec, None, dict(options)))
+
+
+def _compute(impl, spec, between_layers, options, params, x, h0, c0, lengths):
+    module = impl_module(impl)
+    if between_layers is None and hasattr(module, "run_stack"):
+        return module.run_stack(spec, params, x, h0, c0, lengths, **options)
+    return _run_layers(module, spec, params, x, h0, c0, lengths, between_layers, options)
 
 
 def _run_layers(module, spec, params, x, h0, c0, lengths, between_layers, options):

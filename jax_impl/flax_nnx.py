@@ -16,7 +16,10 @@ The NNX `GRUCell`'s recurrent dense has no bias, so it cannot hold `b_hn` (the
 recurrent bias of the n gate, multiplied by the reset gate; it cannot be folded).  A GRU
 whose `b_hn` is non-zero raises `shared.converters.ConversionError` -- eagerly when the
 params are concrete; inside `jit`/`grad` the check runs on the device values and the
-error surfaces from the computation.  A zero `b_hn` runs exactly.
+error surfaces from the computation.  A zero `b_hn` runs exactly -- forward.  Its
+gradient does not exist in the NNX cell, so `jax.grad` returns zeros for that slice of
+`bias_hh_*`: do not train `b_hn` through this impl.  For that reason the adapter (what
+the parity matrix and the study use) reports a GRU with `bias=True` as unsupported.
 
 Options: `cell_type` ("OptimizedLSTMCell" (default) or "LSTMCell" for an LSTM; a GRU
 is always "GRUCell"), `unroll`.

@@ -1,0 +1,218 @@
+"""Quick side-by-side timing: jax_impl impls vs torch `nn.LSTM` (native) on the CPU.
+
+    .venv/bin/python scripts/bench_jax.py                 # the S1/S2/S3 table + remat memory
+    .venv/bin/python scripts/bench_jax.py --unroll-sweep  # scan's unroll on S3 forward
+    .venv/bin/python scripts/bench_jax.py --impls scan,flax_linen --workloads S1 --modes train
+
+Each measurement runs in its own subprocess (no thread-pool fight between torch and
+XLA, clean peak RSS), with the same thread count for both frameworks (`--threads`,
+default 2: `torch.set_num_threads`, and XLA's CPU client is held to the same cores by
+`os.sched_setaffinity`).  Measurements of one workload are interleaved across rounds,
+and the figures are ratios to torch native measured in the same run: on a shared,
+noisy machine only the ratios mean much.  Per measurement: the first call (JAX: trace +
+compile + run) timed on its own, then the median of repeated calls after warm-up.
+"train" is forward + backward (gradients for the params and x, loss <output, g>),
+"forward" is inference (torch under `no_grad`).  Memory: XLA's buffer assignment of the
+compiled train step (`memory_analysis()`: temporaries), with and without `remat`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # the checkout's packages, whatever the installed copy says
+
+WORKLOADS = {  # name: (T, B, I, H), DESIGN.md section 6
+    "S1": (100, 64, 256, 512),
+    "S2": (100, 1, 256, 256),
+    "S3": (1000, 16, 128, 128),
+}
+TARGETS = {("S1", "train"): 1.2, ("S2", "forward"): 1.0, ("S3", "forward"): 2.0}
+
+
+# ---------------------------------------------------------------------------------
+# worker: one measurement, printed as one JSON line
+
+
+def _time_calls(fn, budget_s: float, min_reps: int = 5, max_reps: int = 200) -> list[float]:
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_reps or (time.perf_counter() - start < budget_s and len(times) < max_reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def worker(args) -> dict:
+    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:args.threads]))
+    T, B, I, H = WORKLOADS[args.workload]
+    result = dict(framework=args.framework, impl=args.impl, workload=args.workload, mode=args.mode,
+                  unroll=args.unroll, remat=args.remat, threads=args.threads)
+    if args.framework == "torch":
+        import torch
+        torch.set_num_threads(args.threads)
+        torch.manual_seed(0)
+        model = torch.nn.LSTM(I, H)
+        x = torch.randn(T, B, I, requires_grad=args.mode == "train")
+        g = torch.randn(T, B, H)
+        if args.mode == "forward":
+            def call():
+                with torch.no_grad():
+                    model(x)
+        else:
+            def call():
+                out, _ = model(x)
+                (out * g).sum().backward()
+                model.zero_grad(set_to_none=True)
+                x.grad = None
+    else:
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        import jax_impl
+        from shared.params import init_params
+        from shared.spec import RNNSpec
+
+        spec = RNNSpec("lstm", I, H)
+        rng = np.random.default_rng(0)
+        params = {k: jnp.asarray(v, jnp.float32) for k, v in init_params(spec, rng).items()}
+        x = jnp.asarray(rng.standard_normal((T, B, I)), jnp.float32)
+        g = jnp.asarray(rng.standard_normal((T, B, H)), jnp.float32)
+        options = {}
+        if args.impl == "scan":
+            options = dict(unroll=args.unroll, remat=args.remat)
+
+        def run(params, x):
+            return jax_impl.lstm(params, x, impl=args.impl, **options)[0]
+
+        if args.mode == "forward":
+            compiled_fn = jax.jit(run)
+            call_args = (params, x)
+        else:
+            compiled_fn = jax.jit(jax.value_and_grad(lambda p, x, g: jnp.vdot(run(p, x), g), argnums=(0, 1)))
+            call_args = (params, x, g)
+            mem = compiled_fn.lower(*call_args).compile().memory_analysis()
+            if mem is not None:
+                result["temp_mib"] = mem.temp_size_in_bytes / 2 ** 20
+
+        def call():
+            jax.block_until_ready(compiled_fn(*call_args))
+
+    t = time.perf_counter()
+    call()
+    result["first_call_s"] = time.perf_counter() - t
+    for _ in range(2):
+        call()
+    times = _time_calls(call, args.budget)
+    result.update(median_ms=1e3 * statistics.median(times), min_ms=1e3 * min(times), reps=len(times))
+    import resource
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+# ---------------------------------------------------------------------------------
+# driver: subprocesses, interleaved rounds, the table
+
+
+def measure(framework, impl, workload, mode, *, unroll=8, remat=False, threads=2, budget=2.0) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, impl, workload, mode,
+           "--unroll", str(unroll), "--threads", str(threads), "--budget", str(budget)] + (["--remat"] if remat else [])
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    if proc.returncode != 0:
+        return dict(framework=framework, impl=impl, workload=workload, mode=mode, unroll=unroll, remat=remat,
+                    error=proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"rc {proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main_table(args):
+    rows = []
+    jobs = [(w, m) for w in args.workloads for m in args.modes]
+    for workload, mode in jobs:
+        per = {}
+        for rnd in range(args.rounds):  # interleave torch and jax within each round
+            variants = [("torch", "native", {})] + [("jax", impl, {"unroll": args.unroll}) for impl in args.impls]
+            if mode == "train" and "scan" in args.impls and args.remat:
+                variants.append(("jax", "scan", {"unroll": args.unroll, "remat": True}))
+            for framework, impl, opts in variants:
+                r = measure(framework, impl, workload, mode, threads=args.threads, budget=args.budget, **opts)
+                key = (framework, impl, r.get("remat", False))
+                per.setdefault(key, []).append(r)
+                print("  ", json.dumps(r), file=sys.stderr, flush=True)
+        torch_ms = statistics.median(r["median_ms"] for r in per[("torch", "native", False)] if "median_ms" in r)
+        for (framework, impl, remat), rs in per.items():
+            ok = [r for r in rs if "median_ms" in r]
+            if not ok:
+                rows.append((workload, mode, f"{framework}.{impl}", remat, None, None, None, None, rs[0]["error"]))
+                continue
+            ms = statistics.median(r["median_ms"] for r in ok)
+            first = statistics.median(r["first_call_s"] for r in ok)
+            temp = ok[0].get("temp_mib")
+            rows.append((workload, mode, f"{framework}.{impl}", remat, ms, ms / torch_ms, first, temp, ""))
+    print(f"\nthreads={args.threads}, rounds={args.rounds}, scan unroll={args.unroll}; ratio = time / torch.native "
+          f"time in the same run (median of per-round medians)\n")
+    print("| workload | mode | impl | remat | ms | ratio vs torch.native | target | first call s | XLA temp MiB |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    for w, m, name, remat, ms, ratio, first, temp, err in rows:
+        if ms is None:
+            print(f"| {w} | {m} | {name} | {remat} | error: {err} | | | | |")
+            continue
+        target = TARGETS.get((w, m)) if name == "jax.scan" and not remat else None
+        print(f"| {w} | {m} | {name} | {'yes' if remat else ''} | {ms:.1f} | {ratio:.2f} | "
+              f"{'<= ' + str(target) if target else ''} | {first:.2f} | {'' if temp is None else f'{temp:.0f}'} |")
+
+
+def unroll_sweep(args):
+    print("| unroll | S3 forward ms | ratio vs torch.native | first call s |")
+    print("|---:|---:|---:|---:|")
+    torch_ms = statistics.median(measure("torch", "native", "S3", "forward", threads=args.threads,
+                                         budget=args.budget)["median_ms"] for _ in range(args.rounds))
+    for unroll in args.unrolls:
+        rs = [measure("jax", "scan", "S3", "forward", unroll=unroll, threads=args.threads, budget=args.budget)
+              for _ in range(args.rounds)]
+        ms = statistics.median(r["median_ms"] for r in rs)
+        print(f"| {unroll} | {ms:.1f} | {ms / torch_ms:.2f} | {statistics.median(r['first_call_s'] for r in rs):.2f} |",
+              flush=True)
+    print(f"\ntorch.native S3 forward: {torch_ms:.1f} ms (threads={args.threads})")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", nargs=4, metavar=("FRAMEWORK", "IMPL", "WORKLOAD", "MODE"))
+    parser.add_argument("--impls", default="scan", help="comma-separated jax_impl impls (default: scan)")
+    parser.add_argument("--workloads", default="S1,S2,S3")
+    parser.add_argument("--modes", default="forward,train")
+    parser.add_argument("--unroll", type=int, default=8)
+    parser.add_argument("--remat", action="store_true", help="worker: scan with remat; table: add a remat row")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed calls per measurement")
+    parser.add_argument("--unroll-sweep", action="store_true")
+    parser.add_argument("--unrolls", default="1,2,4,8,16,32")
+    args = parser.parse_args(argv)
+    if args.worker:
+        args.framework, args.impl, args.workload, args.mode = args.worker
+        print(json.dumps(worker(args)))
+        return 0
+    args.impls = [s for s in args.impls.split(",") if s]
+    args.workloads = [s for s in args.workloads.split(",") if s]
+    args.modes = [s for s in args.modes.split(",") if s]
+    args.unrolls = [int(s) for s in args.unrolls.split(",")]
+    if args.unroll_sweep:
+        unroll_sweep(args)
+    else:
+        main_table(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""Every jax_impl impl against the float64 NumPy reference, plus what is special to each.
+
+The project-wide parity matrix runs the shared vectors through `jax_impl.adapter`; here
+each impl meets a small seeded grid of configurations of its own (forward and every
+gradient through the adapter's `jax.vjp`), float64 to 1e-9 and float32 to 2e-5, and the
+impl-specific parts: scan's `unroll`/`remat`, `check_grads`, the Flax layouts pinned to
+the shared converters, the NNX GRU's b_hn refusal and the cuDNN weight layout.
+Compiles dominate the run time, so the configurations are tiny and few.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+jax.config.update("jax_enable_x64", True)  # float64 cases; float32 ones pass explicit dtypes
+
+import jax.numpy as jnp  # noqa: E402
+from jax.test_util import check_grads  # noqa: E402
+
+import jax_impl  # noqa: E402
+from jax_impl import cudnn, driver, flax_linen, flax_nnx  # noqa: E402
+from jax_impl.adapter import JaxAdapter, get_adapter  # noqa: E402
+from shared import reference  # noqa: E402
+from shared.converters import ConversionError, to_flax_linen, to_flax_nnx  # noqa: E402
+from shared.params import init_params  # noqa: E402
+from shared.spec import RNNSpec  # noqa: E402
+from shared.tolerances import assert_close  # noqa: E402
+
+CPU_IMPLS = [name for name in jax_impl.IMPLS if name != "cudnn"]
+
+
+def make_case(spec: RNNSpec, *, T=4, B=3, seed=0, lengths=False, state=False):
+    """Seeded inputs, params and cotangents for `spec`, with the reference's answer."""
+    rng = np.random.default_rng(seed)
+    params = init_params(spec, rng)
+    x = rng.standard_normal((B, T, spec.input_size) if spec.batch_first else (T, B, spec.input_size))
+    shapes = spec.state_shapes(B)
+    h0 = rng.standard_normal(shapes["h"]) if state else None
+    c0 = rng.standard_normal(shapes["c"]) if state and spec.cell == "lstm" else None
+    lens = rng.integers(1, T + 1, size=B) if lengths else None
+    if lengths:
+        lens[0] = T  # the longest sequence fills x
+    probe = reference.run_case(spec, params, x, h0, c0, lens)
+    cot = {k: rng.standard_normal(v.shape) for k, v in probe.items()}
+    expected = reference.run_case(spec, params, x, h0, c0, lens, cot)
+    return dict(spec=spec, params=params, x=x, h0=h0, c0=c0, lengths=lens, cotangents=cot), expected
+
+
+def without_b_hn(case):
+    """The NNX GRU cannot hold b_hn: give it a case with b_hn = 0 (and recompute)."""
+    spec, params = case[0]["spec"], dict(case[0]["params"])
+    H = spec.hidden_size
+    for l, d in spec.layers_and_directions():
+        name = f"bias_hh_{spec.suffix(l, d)}"
+        params[name] = params[name].copy()
+        params[name][2 * H:] = 0.0
+    inputs = dict(case[0], params=params)
+    expected = reference.run_case(spec, params, inputs["x"], inputs["h0"], inputs["c0"], inputs["lengths"],
+                                  inputs["cotangents"])
+    return inputs, expected
+
+
+GRID = {
+    "lstm_bi2_lengths_state": (RNNSpec("lstm", 3, 4, num_layers=2, bidirectional=True), dict(lengths=True, state=True)),
+    "gru_bi_lengths_state": (RNNSpec("gru", 3, 4, bidirectional=True), dict(seed=1, lengths=True, state=True)),
+    "gru_nobias_batch_first": (RNNSpec("gru", 2, 3, bias=False, batch_first=True), dict(seed=2, T=3)),
+    "lstm_proj_nobias_batch_first_lengths": (RNNSpec("lstm", 2, 5, bias=False, batch_first=True, proj_size=2),
+                                             dict(seed=3, T=3, lengths=True, state=True)),
+}
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return {name: make_case(spec, **kw) for name, (spec, kw) in GRID.items()}
+
+
+@pytest.mark.parametrize("impl", CPU_IMPLS)
+@pytest.mark.parametrize("name", list(GRID))
+def test_float64_matches_reference(impl, name, cases):
+    inputs, expected = cases[name]
+    adapter = get_adapter(impl)
+    spec = inputs["spec"]
+    if impl == "flax_nnx" and spec.cell == "gru":
+        # NNX's GRUCell has no b_hn: it runs a zero b_hn exactly, but b_hn has no gradient there
+        assert "b_hn" in adapter.unsupported_reason(spec)
+        inputs, expected = without_b_hn(cases[name])
+        got = JaxAdapter(impl).run_case(**inputs, dtype="float64")
+        H = spec.hidden_size
+        for l, d in spec.layers_and_directions():
+            key = f"grad/bias_hh_{spec.suffix(l, d)}"
+            assert np.all(got[key][2 * H:] == 0) and np.any(expected[key][2 * H:] != 0)
+            got[key][2 * H:] = expected[key][2 * H:]
+        assert_close(expected, got, "float64", f"jax.{impl} {name} (b_hn = 0)")
+        return
+    reason = adapter.unsupported_reason(spec, lengths=inputs["lengths"] is not None)
+    if reason:
+        assert spec.proj_size, reason  # the only thing a CPU impl may refuse here
+        with pytest.raises(driver.UnsupportedConfigError, match="proj_size"):
+            adapter.run_case(**inputs)
+        return
+    got = adapter.run_case(**inputs, dtype="float64")
+    assert set(got) == set(expected)
+    assert_close(expected, got, "float64", f"jax.{impl} {name}")
+
+
+@pytest.mark.parametrize("impl", CPU_IMPLS)
+def test_float32_matches_reference(impl, cases):
+    inputs, expected = cases["gru_nobias_batch_first"]
+    got = get_adapter(impl).run_case(**inputs, dtype="float32")
+    assert_close(expected, got, "float32", f"jax.{impl} float32")
+
+
+# ---- scan -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [dict(unroll=1, remat=True)])
+def test_scan_options_compute_the_same_function(options, cases):
+    inputs, expected = cases["gru_bi_lengths_state"]
+    got = get_adapter("scan", **options).run_case(**inputs, dtype="float64")
+    assert_close(expected, got, "float64", f"jax.scan {options}")
+
+
+def test_scan_rejects_bad_options():
+    p = init_params(RNNSpec("lstm", 2, 3))
+    with pytest.raises(ValueError, match="unroll"):
+        jax_impl.lstm(p, np.zeros((2, 1, 2)), unroll=0)
+    with pytest.raises(TypeError, match="unknown options.*unrol"):
+        jax_impl.lstm(p, np.zeros((2, 1, 2)), unrol=2)
+
+
+@pytest.mark.parametrize("impl", ["naive", "scan"])
+def test_check_grads(impl):
+    """JAX's own finite-difference check of forward- and reverse-mode derivatives."""
+    spec = RNNSpec("lstm", 2, 2, bidirectional=True, proj_size=1)
+    rng = np.random.default_rng(5)
+    params = {k: jnp.asarray(v) for k, v in init_params(spec, rng).items()}
+    x = jnp.asarray(rng.standard_normal((3, 2, 2)))
+    h0 = jnp.asarray(rng.standard_normal((2, 2, 1)))
+    c0 = jnp.asarray(rng.standard_normal((2, 2, 2)))
+    lengths = jnp.array([3, 2])
+
+    def f(params, x, h0, c0):
+        out, (h, c) = jax_impl.lstm(params, x, (h0, c0), lengths=lengths, bidirectional=True, proj_size=1,
+                                    impl=impl)
+        return out, h, c
+
+    check_grads(jax.jit(f), (params, x, h0, c0), order=1, modes=("fwd", "rev"))
+
+
+# ---- Flax layouts are the shared converters' layouts -------------------------------
+
+
+@pytest.mark.parametrize("cell,cell_type", [("lstm", "OptimizedLSTMCell"), ("lstm", "LSTMCell"), ("gru", "GRUCell")])
+@pytest.mark.parametrize("bias", [True, False])
+def test_flax_params_equal_shared_converters(cell, cell_type, bias):
+    spec = RNNSpec(cell, 3, 4, num_layers=2, bidirectional=True, bias=bias)
+    params = init_params(spec, 7)
+    jparams = {k: jnp.asarray(v) for k, v in params.items()}
+    for layer, direction in spec.layers_and_directions():
+        p = driver.layer_params(spec, jparams, layer, direction)
+        want = to_flax_linen(spec, params, layer, direction, cell_type)["params"]
+        got = flax_linen.linen_cell_params(cell, p)
+        jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, got), want)
+        if cell == "gru" and bias:
+            with pytest.raises(ConversionError, match="b_hn"):
+                to_flax_nnx(spec, params, layer, direction, cell_type)
+            continue
+        want = to_flax_nnx(spec, params, layer, direction, cell_type)
+        got = flax_nnx.nnx_cell_params(cell, cell_type, p)
+        jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, got), want)
+
+
+def test_flax_lstm_cell_types_agree():
+    spec = RNNSpec("lstm", 2, 3, bidirectional=True)
+    params = init_params(spec, 3)
+    x = np.random.default_rng(3).standard_normal((4, 2, 2))
+    lengths = np.array([4, 2])
+    want = jax_impl.lstm(params, x, lengths=lengths, bidirectional=True, impl="scan")
+    for impl in ("flax_linen", "flax_nnx"):
+        got = jax_impl.lstm(params, x, lengths=lengths, bidirectional=True, impl=impl, cell_type="LSTMCell")
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-12), got, want)
+
+
+def test_flax_nnx_gru_refuses_nonzero_b_hn():
+    spec = RNNSpec("gru", 2, 3, num_layers=2)
+    params = init_params(spec, 0)
+    x = np.zeros((2, 1, 2))
+    with pytest.raises(ConversionError, match=r"bias_hh_l0\[6:9\].*b_hn"):
+        jax_impl.gru(params, x, num_layers=2, impl="flax_nnx")
+    # under jit the values are unknown at trace time: the check runs with the computation
+    with pytest.raises(Exception, match="b_hn"):
+        jax.block_until_ready(jax.jit(lambda p: jax_impl.gru(p, x, num_layers=2, impl="flax_nnx"))(params))
+    for l in range(2):
+        params[f"bias_hh_l{l}"][6:] = 0.0
+    out, _ = jax_impl.gru(params, x, num_layers=2, impl="flax_nnx")
+    np.testing.assert_allclose(out, jax_impl.gru(params, x, num_layers=2)[0], atol=1e-12)
+
+
+def test_flax_impls_refuse_proj_size():
+    spec = RNNSpec("lstm", 2, 3, proj_size=1)
+    for impl in ("flax_linen", "flax_nnx"):
+        with pytest.raises(driver.UnsupportedConfigError, match="proj_size"):
+            jax_impl.lstm(init_params(spec), np.zeros((2, 1, 2)), proj_size=1, impl=impl)
+
+
+# ---- cudnn ----------------------------------------------------------------------------
+
+
+def test_cudnn_layout_and_semantics_match_jax_reference():
+    """`flat_weights` is jax.experimental.rnn's layout, and its reference LSTM (the CPU
+    twin of the cuDNN kernel, variable lengths included) agrees with jax_impl."""
+    from jax.experimental import rnn
+
+    spec = RNNSpec("lstm", 3, 4, num_layers=2, bidirectional=True)
+    params = {k: jnp.asarray(v) for k, v in init_params(spec, 1).items()}
+    w = cudnn.flat_weights(spec, params)
+    assert w.shape == (rnn.get_num_params_in_lstm(3, 4, 2, True),)
+    w_ih, w_hh, b_ih, b_hh = rnn.unpack_lstm_weights(w, 3, 4, 2, True)
+    for i, (l, d) in enumerate(spec.layers_and_directions()):
+        s = spec.suffix(l, d)
+        for got, name in ((w_ih, "weight_ih"), (w_hh, "weight_hh"), (b_ih, "bias_ih"), (b_hh, "bias_hh")):
+            np.testing.assert_array_equal(got[i], params[f"{name}_{s}"])
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((3, 5, 3)))  # batch-major, as the kernel takes it
+    h0, c0 = (jnp.asarray(rng.standard_normal((4, 3, 4))) for _ in range(2))
+    lengths = jnp.array([5, 2, 1], jnp.int32)
+    want = rnn.lstm_ref(x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, 3, 4, 2, 0.0, True)
+    out, (h, c) = jax_impl.lstm(params, x, (h0, c0), lengths=lengths, num_layers=2, bidirectional=True,
+                                batch_first=True)
+    for a, b in zip(want, (out, h, c)):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+def test_cudnn_unavailable_or_refusing_with_reasons():
+    reason = jax_impl.unavailable_reason("cudnn")
+    has_gpu = any(d.platform == "gpu" for d in jax.devices())
+    assert (reason is None) == has_gpu, reason
+    if not has_gpu:
+        assert "GPU" in reason
+        assert "cudnn" not in jax_impl.available_impls()
+        with pytest.raises(jax_impl.ImplUnavailableError, match="cudnn.*GPU"):
+            jax_impl.lstm(init_params(RNNSpec("lstm", 2, 3)), np.zeros((2, 1, 2)), impl="cudnn")
+    assert "GRU" in cudnn.unsupported_reason(RNNSpec("gru", 2, 3), lengths=False, dtype="float32")
+    assert "float32" in cudnn.unsupported_reason(RNNSpec("lstm", 2, 3), lengths=False, dtype="float64")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not any(d.platform == "gpu" for d in jax.devices()), reason="needs a CUDA GPU")
+def test_cudnn_matches_reference_on_gpu():
+    spec = RNNSpec("lstm", 3, 4, num_layers=2, bidirectional=True)
+    inputs, expected = make_case(spec, lengths=True, state=True)
+    got = get_adapter("cudnn").run_case(**inputs, dtype="float32", device="cuda")
+    assert_close(expected, got, "float32", "jax.cudnn")
