@@ -38,7 +38,7 @@ class FakeWorkload:
                 time.sleep(1)
         if self.key == "hog":
             while True:
-                self.hoard.append(np.ones(2**23))  # 64 MiB a step, touched
+                self.hoard.append(np.ones(2**25))  # 256 MiB a step, touched
                 time.sleep(0.02)
 
     def forward(self):

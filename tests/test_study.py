@@ -62,7 +62,7 @@ def failing_study(tmp_path_factory):
     mp.setattr(registry, "REGISTRY", {r.name: r for r in rows})
     mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     out = tmp_path_factory.mktemp("study")
-    config = StudyConfig(out=out, cells=["lstm"], workloads=workloads.resolve("quick"), timeout=8,
+    config = StudyConfig(out=out, cells=["lstm"], workloads=workloads.resolve("quick"), timeout=15,
                          max_memory_gb=0.6, repeats=3, roof=False)
     try:
         results = run_study(config, progress=False, log=lambda *a: None)
@@ -148,23 +148,26 @@ def test_ladder_orders_rungs_and_computes_what_each_buys():
                     dtype="float32", status="ok", forward_s=train / 3, train_s=train,
                     framework=impl.split(".")[0], rung=rung, group="main")
 
-    records = [m("torch.native", 6, 1.0), m("torch.naive", 0, 9.0), m("torch.eager", 3, 1.8),
+    failed = dict(m("torch.compile", 4, 1.0), status="failed", reason="timeout", forward_s=None, train_s=None)
+    records = [m("torch.native", 6, 1.0), m("torch.naive", 0, 9.0), m("torch.eager", 3, 1.8), failed,
                m("jax.scan", 3, 1.4), m("jax.naive", 0, 7.0)]
     workload, rows = ladder(collect(records), "lstm")
     assert workload == "S1"
-    assert [r["impl"] for r in rows] == ["torch.naive", "torch.eager", "torch.native", "jax.naive", "jax.scan"]
-    assert rows[0]["speedup_train"] is None and rows[3]["speedup_train"] is None  # each framework's first rung
+    assert [r["impl"] for r in rows] == ["torch.naive", "torch.eager", "torch.compile", "torch.native",
+                                         "jax.naive", "jax.scan"]
+    assert rows[0]["speedup_train"] is None and rows[4]["speedup_train"] is None  # each framework's first rung
     assert rows[1]["speedup_train"] == pytest.approx(5.0)
-    assert rows[2]["speedup_train"] == pytest.approx(1.8)
-    assert rows[4]["speedup_train"] == pytest.approx(5.0)
-    assert rows[4]["train_x_native"] == pytest.approx(1.4)
+    assert rows[2]["train_ms"] is None and rows[2]["reason"] == "timeout"  # a failed rung stays listed
+    assert rows[3]["speedup_train"] == pytest.approx(1.8)  # over the last rung that has a time
+    assert rows[5]["speedup_train"] == pytest.approx(5.0)
+    assert rows[5]["train_x_native"] == pytest.approx(1.4)
 
 
 def test_resume_skips_what_is_done(failing_study, fake_registry, tmp_path):
     out, records = failing_study
     fake_registry("crash", "raise", "hang", "hog", "slow", "wrong", "absent", "extra")
     before = [r for r in records if r.get("kind") == "measurement"]
-    config = StudyConfig(out=tmp_path, cells=["lstm"], workloads=workloads.resolve("quick"), timeout=8,
+    config = StudyConfig(out=tmp_path, cells=["lstm"], workloads=workloads.resolve("quick"), timeout=15,
                          repeats=3, roof=False, resume=True)
     (tmp_path / "results.jsonl").write_text((out / "results.jsonl").read_text())
     after = read_records(run_study(config, progress=False, log=lambda *a: None))

@@ -114,6 +114,7 @@ def plot_time_vs_batch(res: Results, path: Path) -> Path | None:
 
 def plot_ladder(res: Results, cell: str, path: Path, workload: str | None = None) -> Path | None:
     workload, rows = ladder(res, cell, workload)
+    rows = [r for r in rows if r["train_ms"] is not None and r["forward_ms"] is not None]
     if not rows:
         return None
     plt = _plt()

@@ -205,18 +205,23 @@ def ladder(res: Results, cell: str, workload: str | None = None) -> tuple[str | 
     "speedup" is the previous rung's fwd+bwd time over this rung's (same framework);
     "x native" is this rung's time over torch.native's.  Returns (workload, rows).
     """
-    ok = [r for r in table_rows(res) if r["cell"] == cell and r["group"] == "main" and r["train_ms"] is not None]
+    rows = [r for r in table_rows(res) if r["cell"] == cell and r["group"] == "main" and r["status"] != "skipped"]
     if workload is None:
-        names = [r["workload"] for r in ok]
+        names = [r["workload"] for r in rows if r["train_ms"] is not None]
         workload = "S1" if "S1" in names else (names[0] if names else None)
-    ok = [r for r in ok if r["workload"] == workload]
-    ok.sort(key=lambda r: (r["framework"] != "torch", r["framework"] or "", r["rung"] if r["rung"] is not None else 99))
-    out, prev = [], None
-    for r in ok:
-        same = prev is not None and prev["framework"] == r["framework"]
-        out.append(dict(r, speedup_train=(prev["train_ms"] / r["train_ms"]) if same else None,
-                        speedup_forward=_ratio(prev["forward_ms"], r["forward_ms"]) if same else None))
-        prev = r
+    rows = [r for r in rows if r["workload"] == workload]
+    rows.sort(key=lambda r: (r["framework"] != "torch", r["framework"] or "", r["rung"] if r["rung"] is not None else 99))
+    out, prev = [], None  # prev: the last rung of the same framework that has a time
+    for r in rows:
+        if prev is not None and prev["framework"] != r["framework"]:
+            prev = None
+        measured = r["train_ms"] is not None
+        out.append(dict(r, speedup_train=(prev["train_ms"] / r["train_ms"]) if prev and measured else None,
+                        speedup_forward=_ratio(prev["forward_ms"], r["forward_ms"]) if prev and measured else None))
+        if measured:
+            prev = r
+    if not any(r["train_ms"] is not None for r in out):
+        return workload, []
     return workload, out
 
 
@@ -226,12 +231,19 @@ LADDER_COLUMNS = [("rung", "rung", "str"), ("impl", "impl", "str"), ("fwd ms", "
                   ("roof fwd+bwd", "roof_fraction_train", "%")]
 
 
+def _ladder_cells(r: dict) -> list[str]:
+    cells = [fmt(r[key], kind) if kind != "str" else str(r[key]) for _, key, kind in LADDER_COLUMNS]
+    if r["train_ms"] is None:  # a rung that failed here stays on the ladder, with why
+        cells[3] = "FAILED"
+        cells[4] = (r.get("reason") or "")[:80]
+    return cells
+
+
 def ladder_markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(h for h, _, _ in LADDER_COLUMNS) + " |",
              "|" + "|".join("---" if k == "str" else "---:" for _, _, k in LADDER_COLUMNS) + "|"]
     for r in rows:
-        lines.append("| " + " | ".join(fmt(r[key], kind) if kind != "str" else str(r[key])
-                                        for _, key, kind in LADDER_COLUMNS) + " |")
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in _ladder_cells(r)) + " |")
     return "\n".join(lines)
 
 
@@ -242,5 +254,5 @@ def ladder_rich(rows: list[dict], title: str):
     for header, _, kind in LADDER_COLUMNS:
         table.add_column(header, justify="left" if kind == "str" else "right")
     for r in rows:
-        table.add_row(*[fmt(r[key], kind) if kind != "str" else str(r[key]) for _, key, kind in LADDER_COLUMNS])
+        table.add_row(*_ladder_cells(r), style=None if r["train_ms"] is not None else "red")
     return table
