@@ -1,0 +1,221 @@
+"""Identical training in PyTorch and JAX: the same model, batches and start, two optimizer stacks.
+
+For each configuration in `CONFIGS` every available torch backend
+(`torch_impl.train`, torch.optim + clip_grad_norm_) and every available jax impl
+(`jax_impl.train`, optax) trains the same RNN + linear head from the same canonical
+parameters on the same batches (`shared.tasks`).  The report holds
+
+- the float64 loss curves and the largest step-wise relative difference between any
+  two implementations (the parity claim: <= FLOAT64_RTOL = 1e-9 over 100 steps);
+- the float32 drift: each framework's fastest implementation trained in float32,
+  compared with the float64 curve and with each other (measured, bounded sanely by
+  FLOAT32_BOUND, not a precision claim);
+- ||dL/dh_t|| at t = 1, T/2, T for every implementation (the table the GRU seed prints
+  with different numbers per implementation; here they must be the same), at the
+  initial and at the trained parameters;
+- the cost of stock `optax.clip_by_global_norm` against torch's clip formula.
+
+Imports torch and jax (through the train modules) only when `run` is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .tasks import TrainConfig, relative_difference
+
+FLOAT64_RTOL = 1e-9  # step-wise relative agreement of float64 loss curves
+FLOAT32_BOUND = 1e-3  # sane bound for the float32 drift over the run (measured, reported)
+
+CONFIGS = {
+    # The adding problem at T=50 (Hochreiter & Schmidhuber), LSTM, Adam.
+    "adding-lstm-adam": TrainConfig(task="adding", seq_len=50, cell="lstm", hidden_size=8, batch_size=16,
+                                    optimizer="adam", lr=1e-2, clip_norm=1.0),
+    # Sine forecasting with variable lengths (packed sequences), GRU, SGD with momentum.
+    "sine-gru-sgd": TrainConfig(task="sine", seq_len=20, cell="gru", hidden_size=8, batch_size=16,
+                                optimizer="sgd", lr=0.1, momentum=0.9, clip_norm=0.5),
+}
+GRAD_NORM_CONFIG = "adding-lstm-adam"
+FAST = {"torch": ("native", "eager"), "jax": ("scan",)}  # preferred for float32 drift, first available
+
+
+def available(framework: str) -> list[str]:
+    """Backends (torch) or impls (jax) that run on the CPU here, in ladder order."""
+    if framework == "torch":
+        import torch_impl
+        return list(torch_impl.available_backends("cpu"))
+    if framework == "jax":
+        import jax_impl
+        return list(jax_impl.available_impls())
+    raise ValueError(f"framework must be 'torch' or 'jax', got {framework!r}")
+
+
+def trainer(framework: str):
+    if framework == "torch":
+        from torch_impl import train
+    elif framework == "jax":
+        from jax_impl import train
+    else:
+        raise ValueError(f"framework must be 'torch' or 'jax', got {framework!r}")
+    return train
+
+
+def implementations(impls: Sequence[str] | None = None) -> list[str]:
+    """Registry-style names ("torch.eager", "jax.scan") of everything that can train here."""
+    names = [f"{fw}.{k}" for fw in ("torch", "jax") for k in available(fw)]
+    if impls is not None:
+        names = [n for n in names if n in impls]
+    return names
+
+
+def train(name: str, config: TrainConfig, dtype: str = "float64", **kwargs):
+    framework, key = name.split(".", 1)
+    return trainer(framework).train(config, key, dtype, **kwargs)
+
+
+def hidden_grad_norms(name: str, config: TrainConfig, steps: Sequence[int], **kwargs) -> dict[int, float]:
+    framework, key = name.split(".", 1)
+    return trainer(framework).hidden_grad_norms(config, key, steps, **kwargs)
+
+
+def grad_norm_steps(config: TrainConfig) -> tuple[int, int, int]:
+    T = config.seq_len
+    return (1, T // 2, T)
+
+
+def pairwise_max_rel(curves: dict[str, np.ndarray]) -> dict[tuple[str, str], float]:
+    names = list(curves)
+    return {(a, b): float(relative_difference(curves[a], curves[b]).max())
+            for i, a in enumerate(names) for b in names[i + 1:]}
+
+
+def fastest(names: Sequence[str], framework: str) -> str | None:
+    for key in FAST[framework]:
+        if f"{framework}.{key}" in names:
+            return f"{framework}.{key}"
+    return next((n for n in names if n.startswith(framework + ".")), None)
+
+
+def run(impls: Sequence[str] | None = None, steps: int = 100, configs: dict[str, TrainConfig] | None = None,
+        float32: bool = True, grad_norms: bool = True) -> dict:
+    """Run every configuration for every implementation; return the report (JSON-ready)."""
+    from dataclasses import replace
+    names = implementations(impls)
+    configs = {k: replace(c, steps=steps) for k, c in (configs or CONFIGS).items()}
+    report = {"float64_rtol": FLOAT64_RTOL, "float32_bound": FLOAT32_BOUND, "implementations": names,
+              "configs": {}, "ok": True}
+    for cname, config in configs.items():
+        runs = {n: train(n, config, "float64") for n in names}
+        curves = {n: r.losses for n, r in runs.items()}
+        pairs = pairwise_max_rel(curves)
+        worst = max(pairs.items(), key=lambda kv: kv[1]) if pairs else (None, 0.0)
+        entry = {
+            "config": config.to_dict(),
+            "seconds": {n: r.seconds for n, r in runs.items()},
+            "losses": {n: r.losses.tolist() for n, r in runs.items()},
+            "first_loss": float(curves[names[0]][0]) if names else None,
+            "last_loss": float(curves[names[0]][-1]) if names else None,
+            "clipped_steps": {n: int(r.clipped.sum()) for n, r in runs.items()},
+            "max_rel_float64": worst[1],
+            "worst_pair": list(worst[0]) if worst[0] else None,
+        }
+        entry["ok"] = bool(worst[1] <= FLOAT64_RTOL)
+        if float32:
+            entry["float32"] = _float32_drift(config, names, curves)
+            entry["ok"] = entry["ok"] and all(v <= FLOAT32_BOUND for v in entry["float32"]["max_rel"].values())
+        report["configs"][cname] = entry
+        report["ok"] = report["ok"] and entry["ok"]
+        if grad_norms and cname == GRAD_NORM_CONFIG:
+            report["grad_norms"] = _grad_norm_table(config, names, runs)
+            report["ok"] = report["ok"] and report["grad_norms"]["max_rel"] <= FLOAT64_RTOL
+    return report
+
+
+def _float32_drift(config: TrainConfig, names: Sequence[str], curves64: dict[str, np.ndarray]) -> dict:
+    picks = [p for p in (fastest(names, "torch"), fastest(names, "jax")) if p]
+    curves32 = {n: train(n, config, "float32").losses for n in picks}
+    ref64 = curves64[names[0]]
+    max_rel = {f"{n} float32 vs float64": float(relative_difference(c, ref64).max()) for n, c in curves32.items()}
+    if len(picks) == 2:
+        max_rel[f"{picks[0]} vs {picks[1]} (float32)"] = float(
+            relative_difference(curves32[picks[0]], curves32[picks[1]]).max())
+    return {"implementations": picks, "max_rel": max_rel}
+
+
+def _grad_norm_table(config: TrainConfig, names: Sequence[str], runs: dict) -> dict:
+    steps = grad_norm_steps(config)
+    table = {}
+    for n in names:
+        table[n] = {"init": hidden_grad_norms(n, config, steps),
+                    "trained": hidden_grad_norms(n, config, steps, rnn_params=runs[n].params,
+                                                 head_params=runs[n].head)}
+    ref = table[names[0]]
+    worst = 0.0
+    for n in names:
+        for when in ("init", "trained"):
+            a = np.array([table[n][when][t] for t in steps])
+            b = np.array([ref[when][t] for t in steps])
+            worst = max(worst, float(relative_difference(a, b).max()))
+    return {"steps": list(steps), "table": {n: {w: {str(t): v for t, v in d.items()} for w, d in tw.items()}
+                                            for n, tw in table.items()},
+            "max_rel": worst}
+
+
+# ---- rendering -------------------------------------------------------------------------------
+
+def markdown(report: dict) -> list[str]:
+    lines = ["## Identical training: torch.optim vs optax", "",
+             f"Same RNN + linear head, same initial canonical parameters, same batches; float64 loss curves must "
+             f"agree step by step to {report['float64_rtol']:g} relative between every pair of implementations.",
+             ""]
+    lines += ["| configuration | steps | loss first → last | clipped steps | max rel. diff (float64, all pairs) "
+              "| float32 drift (max rel.) | implementations |", "|---|---|---|---|---|---|---|"]
+    for cname, e in report["configs"].items():
+        c = e["config"]
+        clipped = sorted(set(e["clipped_steps"].values()))
+        drift = "; ".join(f"{k}: {v:.1e}" for k, v in e.get("float32", {}).get("max_rel", {}).items())
+        lines.append(f"| {cname} (T={c['seq_len']}, H={c['hidden_size']}, B={c['batch_size']}) | {c['steps']} | "
+                     f"{e['first_loss']:.4f} → {e['last_loss']:.4f} | {', '.join(map(str, clipped))} | "
+                     f"{e['max_rel_float64']:.1e} | {drift} | {len(e['losses'])} |")
+    lines.append("")
+    if "grad_norms" in report:
+        g = report["grad_norms"]
+        steps = g["steps"]
+        lines += [f"||dL/dh_t|| on the first batch ({GRAD_NORM_CONFIG}), at the initial and the trained parameters "
+                  f"(max relative spread across implementations: {g['max_rel']:.1e}):", ""]
+        header = ["implementation"] + [f"init t={t}" for t in steps] + [f"trained t={t}" for t in steps]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for n, row in g["table"].items():
+            vals = [f"{row['init'][str(t)]:.6e}" for t in steps] + [f"{row['trained'][str(t)]:.6e}" for t in steps]
+            lines.append(f"| {n} | " + " | ".join(vals) + " |")
+        lines.append("")
+    return lines
+
+
+def render(report: dict, console) -> None:
+    from rich.table import Table
+    table = Table(title=f"identical training, float64 loss curves (must agree to {report['float64_rtol']:g} rel.)",
+                  title_justify="left")
+    for col in ("configuration", "steps", "loss first → last", "max rel. diff (all pairs)", "float32 drift",
+                "seconds per implementation"):
+        table.add_column(col, overflow="fold")
+    for cname, e in report["configs"].items():
+        style = "green" if e["ok"] else "bold red"
+        drift = "\n".join(f"{k}: {v:.1e}" for k, v in e.get("float32", {}).get("max_rel", {}).items())
+        secs = "\n".join(f"{n}: {s:.1f}" for n, s in e["seconds"].items())
+        table.add_row(cname, str(e["config"]["steps"]), f"{e['first_loss']:.4f} → {e['last_loss']:.4f}",
+                      f"[{style}]{e['max_rel_float64']:.1e}[/{style}]", drift, secs)
+    console.print(table)
+    if "grad_norms" in report:
+        g = report["grad_norms"]
+        t = Table(title=f"||dL/dh_t|| ({GRAD_NORM_CONFIG}, first batch); max rel. spread {g['max_rel']:.1e}",
+                  title_justify="left")
+        t.add_column("implementation")
+        for when in ("init", "trained"):
+            for s in g["steps"]:
+                t.add_column(f"{when} t={s}", justify="right")
+        for n, row in g["table"].items():
+            t.add_row(n, *[f"{row[w][str(s)]:.6e}" for w in ("init", "trained") for s in g["steps"]])
+        console.print(t)
