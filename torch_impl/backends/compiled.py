@@ -6,11 +6,14 @@ math, and the length mask when there is one) is compiled once with `dynamic=Fals
 called from a Python loop.  Inductor fuses each step's pointwise gate math (and its
 backward) into one kernel.  The compiled graph does not depend on T, so compile time
 does not grow with the sequence length (unrolling the loop under `torch.compile`
-took 19 s for T=100 and grows linearly).  torch's `scan` higher-order operator was the
-other candidate: in torch 2.13 it compiles with autograd under the eager and aot_eager
-backends but runs a step of backward per op at Python speed (17-23 s for one S1
-forward+backward, against well under a second here), so it is not used; see the
-README for the measurement.
+took 19 s for T=100 and grows linearly).
+
+torch's `scan` higher-order operator was the other candidate.  In torch 2.13 an S1 LSTM
+layer written with `torch._higher_order_ops.scan` does compile with autograd under
+inductor (the earlier "scan might be aliasing the input or the output" failure is gone),
+but one forward+backward took 41 s on the first call and 8.4 s per call after that,
+about 4x this per-step compile measured on the same (loaded, shared) machine; under
+the eager and aot_eager backends it took 17-23 s per call.  So the compiled step ships.
 
 Compiled steps are cached per (cell, dtype, device, batch, sizes, mask, bias) in this
 module, each under its own code object, so that TorchDynamo's per-code recompile limit
