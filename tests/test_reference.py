@@ -28,13 +28,24 @@ def make_case(spec: RNNSpec, T: int, B: int, *, seed: int = 0, initial_state: bo
     x = rng.standard_normal(x_shape)
     shapes = spec.state_shapes(B)
     h0 = rng.standard_normal(shapes["h"]) if initial_state else None
-    c0 = rng.standard_normal(shapes["c"]) if initial_state and spec.cell == "lstm" else None
+    c0 = rng.standard_normal(shapes["c"]) if initial_state and spec.family == "lstm" else None
     lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
     out_shape = x_shape[:2] + (spec.output_size,)
     cot = {"output": rng.standard_normal(out_shape), "h_n": rng.standard_normal(shapes["h"])}
-    if spec.cell == "lstm":
+    if spec.family == "lstm":
         cot["c_n"] = rng.standard_normal(shapes["c"])
+    if spec.cell_def.extra_params:
+        perturb_extras(spec, params, rng)
     return dict(params=params, x=x, h0=h0, c0=c0, lengths=lengths), cot
+
+
+def perturb_extras(spec: RNNSpec, params, rng) -> None:
+    """Move a custom cell's extra parameters away from their init (LN gains 1, biases 0),
+    in place, so their gradients and every term they multiply are exercised."""
+    for extra in spec.cell_def.extra_params:
+        for layer, direction in spec.layers_and_directions():
+            name = f"{extra.prefix}_{spec.suffix(layer, direction)}"
+            params[name] = params[name] + 0.3 * rng.standard_normal(params[name].shape)
 
 
 def run_torch(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, cotangents=None, *,
@@ -42,7 +53,10 @@ def run_torch(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, cotangen
     """The same dict as `reference.run_case`, computed by torch.nn.LSTM/GRU in `dtype`.
 
     Results come back as float64 NumPy arrays.  (Also used by tests/test_vectors.py.)
+    Custom cells (no nn module) run through `run_torch_cells`, autograd over TORCH_STEPS.
     """
+    if spec.cell not in ("lstm", "gru"):
+        return run_torch_cells(spec, params, x, h0, c0, lengths, cotangents, dtype=dtype)
     tdtype = getattr(torch, dtype)
 
     def tensor(a, grad=False):
@@ -85,6 +99,116 @@ def run_torch(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, cotangen
     return {k: v.detach().double().numpy() for k, v in result.items()}
 
 
+# ---- custom cells in plain torch autograd: an independent check of the hand-written backward ----
+# Written from the equations in shared/cells.py, with torch's own layer_norm; the driver
+# below shares no code with the reference (gathers and a scatter by index, not a loop
+# that writes rows).
+
+def _torch_ln_lstm(x, state, p):
+    h, c = state
+    F = torch.nn.functional
+    H = c.shape[-1]
+    gi = F.layer_norm(x @ p["weight_ih"].T + p["bias_ih"], (4 * H,), p["layernorm_ih_weight"],
+                      p["layernorm_ih_bias"], eps=1e-5)
+    gh = F.layer_norm(h @ p["weight_hh"].T + p["bias_hh"], (4 * H,), p["layernorm_hh_weight"],
+                      p["layernorm_hh_bias"], eps=1e-5)
+    i, f, g, o = (gi + gh).chunk(4, dim=-1)
+    c_new = F.layer_norm(torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g), (H,),
+                         p["layernorm_c_weight"], p["layernorm_c_bias"], eps=1e-5)
+    return torch.sigmoid(o) * torch.tanh(c_new), c_new
+
+
+def _torch_peephole_lstm(x, state, p):
+    h, c = state
+    i, f, g, o = (x @ p["weight_ih"].T + p["bias_ih"] + h @ p["weight_hh"].T + p["bias_hh"]).chunk(4, dim=-1)
+    p_i, p_f, p_o = p["peephole"].chunk(3)
+    c_new = torch.sigmoid(f + p_f * c) * c + torch.sigmoid(i + p_i * c) * torch.tanh(g)
+    return torch.sigmoid(o + p_o * c_new) * torch.tanh(c_new), c_new
+
+
+def _torch_gru_reset_before(x, state, p):
+    (h,) = state
+    W_ir, W_iz, W_in = p["weight_ih"].chunk(3)
+    W_hr, W_hz, W_hn = p["weight_hh"].chunk(3)
+    b_ir, b_iz, b_in = p["bias_ih"].chunk(3)
+    b_hr, b_hz, b_hn = p["bias_hh"].chunk(3)
+    r = torch.sigmoid(x @ W_ir.T + b_ir + h @ W_hr.T + b_hr)
+    z = torch.sigmoid(x @ W_iz.T + b_iz + h @ W_hz.T + b_hz)
+    n = torch.tanh(x @ W_in.T + b_in + (r * h) @ W_hn.T + b_hn)
+    return ((1 - z) * n + z * h,)
+
+
+TORCH_STEPS = {"ln_lstm": _torch_ln_lstm, "peephole_lstm": _torch_peephole_lstm,
+               "gru_reset_before": _torch_gru_reset_before}
+
+
+def run_torch_cells(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, cotangents=None, *,
+                    dtype: str = "float64", step=None):
+    """`reference.run_case`'s dict by torch autograd over a cell step (TORCH_STEPS[spec.cell]
+    unless `step` is given): step(x, state, p) -> new state tuple, p keyed by short names."""
+    step = step or TORCH_STEPS[spec.cell]
+    tdtype = getattr(torch, dtype)
+    lstm = spec.family == "lstm"
+
+    def tensor(a, grad=False):
+        return torch.tensor(np.asarray(a), dtype=tdtype, requires_grad=grad)
+
+    tp = {name: tensor(v, grad=True) for name, v in params.items()}
+    xt = tensor(x, grad=True)
+    h0t = tensor(h0, grad=True) if h0 is not None else None
+    c0t = tensor(c0, grad=True) if c0 is not None else None
+    inp = xt.transpose(0, 1) if spec.batch_first else xt
+    T, B = inp.shape[:2]
+    L = torch.tensor(np.asarray(lengths) if lengths is not None else np.full(B, T))
+    t = torch.arange(T)[:, None]
+    valid = t < L[None, :]                                   # (T, B): step s / time t exists
+    shapes = spec.state_shapes(B)
+    zeros = {k: torch.zeros(v, dtype=tdtype) for k, v in shapes.items()}
+    h_n, c_n = [], []
+    for layer in range(spec.num_layers):
+        outs = []
+        for direction in range(spec.num_directions):
+            k = layer * spec.num_directions + direction
+            sfx = spec.suffix(layer, direction)
+            p = {e.prefix: tp[f"{e.prefix}_{sfx}"] for e in spec.cell_def.extra_params}
+            for short in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                name = f"{short}_{sfx}"
+                p[short] = tp[name] if name in tp else torch.zeros(spec.num_gates * spec.hidden_size, dtype=tdtype)
+            # time read at step s: s forward; L_b - 1 - s reversed (clamped where invalid)
+            when = t.expand(T, B) if direction == 0 else (L[None, :] - 1 - t).clamp(min=0)
+            state = [(h0t if h0t is not None else zeros["h"])[k]]
+            if lstm:
+                state.append((c0t if c0t is not None else zeros["c"])[k])
+            per_step = []
+            for s in range(T):
+                new = step(inp[when[s], torch.arange(B)], tuple(state), p)
+                keep = valid[s][:, None]
+                state = [torch.where(keep, n, o) for n, o in zip(new, state)]
+                per_step.append(new[0])
+            stacked = torch.stack(per_step)                    # (step, B, H) in step order
+            # step that wrote time t: t forward; L_b - 1 - t reversed
+            source = t.expand(T, B) if direction == 0 else (L[None, :] - 1 - t).clamp(min=0)
+            out = stacked[source, torch.arange(B)[None, :]] * valid[..., None].to(tdtype)
+            outs.append(out)
+            h_n.append(state[0])
+            if lstm:
+                c_n.append(state[1])
+        inp = torch.cat(outs, dim=-1)
+    output = inp.transpose(0, 1) if spec.batch_first else inp
+    result = {"output": output, "h_n": torch.stack(h_n)}
+    if lstm:
+        result["c_n"] = torch.stack(c_n)
+    if cotangents is not None:
+        sum((result[key] * tensor(cotangents[key])).sum() for key in result).backward()
+        result["grad/x"] = xt.grad
+        if h0t is not None:
+            result["grad/h0"] = h0t.grad
+        if c0t is not None:
+            result["grad/c0"] = c0t.grad
+        result.update({f"grad/{name}": v.grad for name, v in tp.items()})
+    return {key: v.detach().double().numpy() for key, v in result.items()}
+
+
 # (spec, T, B, lengths, initial_state): every option alone and combined.
 CONFIGS = []
 for _cell in ("lstm", "gru"):
@@ -120,6 +244,23 @@ def _config_id(config):
     return "-".join(parts + [f"T{T}B{B}I{spec.input_size}H{spec.hidden_size}"])
 
 
+CUSTOM_CELLS = ("ln_lstm", "peephole_lstm", "gru_reset_before")
+for _cell in CUSTOM_CELLS:
+    CONFIGS += [
+        (RNNSpec(_cell, 3, 4), 5, 3, None, False),
+        (RNNSpec(_cell, 3, 4), 5, 3, None, True),
+        (RNNSpec(_cell, 3, 4, num_layers=2), 4, 2, None, True),
+        (RNNSpec(_cell, 3, 4, bidirectional=True), 4, 3, None, True),
+        (RNNSpec(_cell, 3, 4, batch_first=True), 4, 3, None, True),
+        (RNNSpec(_cell, 3, 4, bias=False), 4, 3, None, True),
+        (RNNSpec(_cell, 3, 4), 5, 4, [3, 5, 1, 2], True),
+        (RNNSpec(_cell, 3, 4, bidirectional=True), 5, 4, [3, 5, 1, 2], False),
+        (RNNSpec(_cell, 2, 3, num_layers=3, bidirectional=True, batch_first=True, bias=False),
+         4, 3, [4, 1, 2], True),
+        (RNNSpec(_cell, 1, 1), 1, 1, None, True),
+    ]
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=_config_id)
 def test_matches_torch_forward_and_gradients(config):
     spec, T, B, lengths, init = config
@@ -146,6 +287,13 @@ for _cell in ("lstm", "gru"):
         (RNNSpec(_cell, 2, 3, bias=False), 3, 2, None, False),
         (RNNSpec(_cell, 2, 2, num_layers=2, bidirectional=True, batch_first=True), 3, 3, [3, 1, 2], True),
     ]
+for _cell in CUSTOM_CELLS:
+    FD_CONFIGS += [
+        (RNNSpec(_cell, 3, 3), 4, 2, None, True),
+        (RNNSpec(_cell, 2, 3, bias=False), 3, 2, None, False),
+        (RNNSpec(_cell, 2, 2, num_layers=2, bidirectional=True, batch_first=True), 3, 3, [3, 1, 2], True),
+        (RNNSpec(_cell, 2, 2, num_layers=2, bidirectional=True, bias=False), 3, 2, [1, 3], False),
+    ]
 FD_CONFIGS += [
     (RNNSpec("lstm", 2, 3, num_layers=2, bidirectional=True, proj_size=1), 3, 3, [2, 3, 1], True),
     (RNNSpec("lstm", 2, 3, num_layers=3, bidirectional=True, proj_size=2, bias=False), 3, 2, [1, 3], True),
@@ -161,7 +309,7 @@ def test_backward_matches_central_finite_differences(config):
     targets = [("grad/x", inputs, "x")]
     if init:
         targets.append(("grad/h0", inputs, "h0"))
-        if spec.cell == "lstm":
+        if spec.family == "lstm":
             targets.append(("grad/c0", inputs, "c0"))
     targets += [(f"grad/{name}", inputs["params"], name) for name in inputs["params"]]
     for key, holder, name in targets:
@@ -271,3 +419,82 @@ def test_single_layer_dropout_is_a_no_op_like_torch():
     inputs, _ = make_case(spec, 4, 2)
     plain = reference.run_case(RNNSpec("gru", 3, 4), **inputs)
     np.testing.assert_array_equal(reference.run_case(spec, **inputs)["output"], plain["output"])
+
+
+# ---- cells as (step, step_backward) pairs ----------------------------------------------------
+
+@pytest.mark.parametrize("spec", [RNNSpec("lstm", 3, 4), RNNSpec("lstm", 3, 4, proj_size=2),
+                                  RNNSpec("gru", 3, 4), RNNSpec("ln_lstm", 3, 4),
+                                  RNNSpec("peephole_lstm", 3, 4), RNNSpec("gru_reset_before", 3, 4)],
+                         ids=lambda s: f"{s.cell}-proj{s.proj_size}")
+def test_hand_written_step_backward_matches_the_complex_step(spec):
+    """One step, every input and parameter: the hand-written backward against the generic
+    complex-step derivative of the same step (exact to rounding, so 1e-13)."""
+    rng = np.random.default_rng(7)
+    params = init_params(spec, rng)
+    perturb_extras(spec, params, rng)
+    cell = reference.get_cell_step(spec.cell)
+    assert cell.hand_written
+    p = reference._layer_params(spec, params, 0, 0)
+    x = rng.standard_normal((3, spec.input_size))
+    state = (rng.standard_normal((3, spec.output_hidden_size)),)
+    if spec.family == "lstm":
+        state += (rng.standard_normal((3, spec.hidden_size)),)
+    new_state, saved = cell.step(x, state, p)
+    d_new = tuple(rng.standard_normal(a.shape) for a in new_state)
+    hand = {k: np.zeros_like(v) for k, v in p.items()}
+    generic = {k: np.zeros_like(v) for k, v in p.items()}
+    dx, d_state = cell.step_backward(d_new, saved, p, hand)
+    dx_cs, d_state_cs = reference.complex_step_backward(lambda *a: cell.step(*a)[0])(d_new, (x, state), p, generic)
+    np.testing.assert_allclose(dx, dx_cs, rtol=0, atol=1e-13)
+    for a, b in zip(d_state, d_state_cs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-13)
+    for key in p:
+        np.testing.assert_allclose(hand[key], generic[key], rtol=0, atol=1e-13, err_msg=key)
+        assert np.any(hand[key] != 0), f"{key} got no gradient"
+
+
+def test_sigmoid_is_complex_safe_and_unchanged_for_reals():
+    a = np.array([-800.0, -30.0, -1.5, 0.0, 2.0, 40.0, 800.0])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        real = reference.sigmoid(a)
+        cs = reference.sigmoid(a + 1j * 1e-30)
+    np.testing.assert_array_equal(real, np.where(a >= 0, 1 / (1 + np.exp(-np.abs(a))),
+                                                 np.exp(-np.abs(a)) / (1 + np.exp(-np.abs(a)))))
+    np.testing.assert_array_equal(cs.real, real)
+    e = np.exp(-np.abs(a))
+    np.testing.assert_allclose(cs.imag / 1e-30, e / (1 + e) ** 2, rtol=1e-14, atol=0)  # sigmoid'(a)
+
+
+def test_layer_norm_matches_torch_and_its_backward_finite_differences():
+    rng = np.random.default_rng(3)
+    v, gain, bias = rng.standard_normal((3, 8)), 1 + rng.standard_normal(8), rng.standard_normal(8)
+    y, v_hat, rstd = reference.layer_norm(v, gain, bias)
+    want = torch.nn.functional.layer_norm(torch.tensor(v), (8,), torch.tensor(gain), torch.tensor(bias), eps=1e-5)
+    np.testing.assert_allclose(y, want.numpy(), rtol=0, atol=1e-14)
+    dy = rng.standard_normal(y.shape)
+    dv, dgain, dbias = reference.layer_norm_backward(dy, v_hat, rstd, gain)
+    eps = 1e-6
+    numeric = np.zeros_like(v)
+    for idx in np.ndindex(v.shape):
+        plus, minus = v.copy(), v.copy()
+        plus[idx] += eps
+        minus[idx] -= eps
+        numeric[idx] = np.sum(dy * (reference.layer_norm(plus, gain, bias)[0]
+                                    - reference.layer_norm(minus, gain, bias)[0])) / (2 * eps)
+    np.testing.assert_allclose(dv, numeric, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(dgain, (dy * v_hat).sum(0), atol=1e-15)
+    np.testing.assert_allclose(dbias, dy.sum(0), atol=1e-15)
+
+
+def test_custom_cell_state_shapes_and_c0_rules():
+    peep = RNNSpec("peephole_lstm", 2, 3)
+    inputs, cot = make_case(peep, 3, 2, initial_state=True)
+    result = reference.run_case(peep, **inputs, cotangents=cot)
+    assert {"c_n", "grad/c0", "grad/peephole_l0"} <= set(result)
+    with pytest.raises(ValueError, match="h0 and c0 together"):
+        reference.run_case(peep, **{**inputs, "c0": None})
+    gru = RNNSpec("gru_reset_before", 2, 3)
+    inputs, _ = make_case(gru, 3, 2, initial_state=True)
+    with pytest.raises(ValueError, match="GRU has no cell state"):
+        reference.run_case(gru, **{**inputs, "c0": np.zeros((1, 2, 3))})
