@@ -124,8 +124,8 @@ class Gemm:
     layout (any row count still works).  Calls never record autograd history.
     """
 
-    TUNE_ROUNDS = 3
-    TUNE_CALLS = 3
+    TUNE_ROUNDS = 7  # rounds of interleaved samples; the median round decides
+    TUNE_CALLS = 2  # calls per sample
 
     def __init__(self, weight: torch.Tensor, batch_size: int | None = None, tune: bool = True):
         """`tune=False`: under "auto", use oneDNN without timing (for a GEMM run once per
