@@ -1,4 +1,4 @@
-"""The shared test vectors: small seeded LSTM/GRU cases with float64 reference results.
+"""The shared test vectors: small seeded cases of every catalogue cell with float64 reference results.
 
 Every implementation is checked against the same cases.  Each case is one `.npz` file in
 this folder, listed in `manifest.json` with its configuration, seed, tags, the sha256 of
@@ -12,7 +12,8 @@ the file and the tolerances.  The loader verifies every file's sha256 before use
 Keys of each `.npz` (float64; `lengths` int64): "x", "h0", "c0", "lengths" (each only
 when the case has it), "param/<name>", "out/output", "out/h_n", "out/c_n", "cot/output",
 "cot/h_n", "cot/c_n", "grad/x", "grad/h0", "grad/c0" (only with h0/c0),
-"grad/<param name>" ("c_n"/"c0" entries only for LSTM).  `x`, `h0`, `c0`, `lengths` and
+"grad/<param name>" ("c_n"/"c0" entries only for LSTM-family cells; a custom cell's
+extra parameters are "param/<prefix>_l{k}[_reverse]" like the others).  `x`, `h0`, `c0`, `lengths` and
 the results follow `shared.adapter`'s conventions (x in the spec's layout).
 
 Regenerate with `python -m shared.vectors` (or `make vectors`); verify with
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cells import CELL_DEFS
 from ..spec import RNNSpec
 
 VECTORS_DIR = Path(__file__).resolve().parent
@@ -123,7 +125,7 @@ def _make_case(name: str, entry: dict, arrays: dict[str, np.ndarray]) -> Case:
     spec = RNNSpec.from_dict(entry["config"])
     try:
         params = {p: arrays[f"param/{p}"] for p in spec.param_shapes()}
-        outputs = ("output", "h_n", "c_n") if spec.cell == "lstm" else ("output", "h_n")
+        outputs = ("output", "h_n", "c_n") if spec.family == "lstm" else ("output", "h_n")
         expected = {k: arrays[f"out/{k}"] for k in outputs}
         cotangents = {k: arrays[f"cot/{k}"] for k in outputs}
         grad_keys = ["grad/x"] + [k for k in ("grad/h0", "grad/c0") if k[5:] in arrays]
@@ -154,11 +156,13 @@ def load_case(name: str, directory=None) -> Case:
 def load_cases(cell: str | None = None, tags: str | Iterable[str] | None = None, directory=None) -> list[Case]:
     """Load every case (verifying each sha256), optionally filtered.
 
-    `cell`: "lstm" or "gru".  `tags`: one tag or several; a case is kept when it has all
-    of them (e.g. tags="lengths", tags=["bidirectional", "proj_size"]).
+    `cell`: a cell name of the catalogue ("lstm", "gru", "ln_lstm", "peephole_lstm",
+    "gru_reset_before", ...): only that cell's cases.  `tags`: one tag or several; a case
+    is kept when it has all of them (e.g. tags="lengths", tags=["bidirectional",
+    "proj_size"], tags="custom_cell" for every custom cell's cases).
     """
-    if cell is not None and cell not in ("lstm", "gru"):
-        raise ValueError(f"cell must be 'lstm', 'gru' or None, got {cell!r}")
+    if cell is not None and cell not in CELL_DEFS:
+        raise ValueError(f"cell must be one of {tuple(CELL_DEFS)} or None, got {cell!r}")
     wanted = set() if tags is None else ({tags} if isinstance(tags, str) else set(tags))
     cases = load_manifest(directory)["cases"]
     known = {t for entry in cases.values() for t in entry["tags"]}

@@ -1,6 +1,9 @@
 """Build the shared test vectors: the case table, the seeded generator and the checker.
 
-Each case is a small configuration (T <= 7, B <= 4, sizes <= 6) with standard-normal
+Cases cover lstm and gru (every option alone and combined, and the edges) and the
+custom cells of `shared.cells.CUSTOM_CELLS` (ln_lstm, peephole_lstm, gru_reset_before:
+each option alone plus one combined case; their extra parameters perturbed away from
+init).  Each case is a small configuration (T <= 7, B <= 4, sizes <= 6) with standard-normal
 inputs and cotangents and PyTorch-initialised parameters, all drawn from
 `numpy.random.default_rng(seed)` in a fixed order; the expected outputs and gradients
 come from the float64 reference (`shared.reference`).  Files are written as
@@ -23,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import reference
+from ..cells import CUSTOM_CELLS
 from ..params import init_params
 from ..spec import RNNSpec
 from ..tolerances import ATOL
@@ -32,6 +36,14 @@ FORMAT_VERSION = 1
 # Values the reference computes may differ by a few ulps across machines (BLAS order).
 COMPUTED_ATOL = 1e-14
 INPUT_PREFIXES = ("x", "h0", "c0", "lengths", "param/", "cot/")
+
+
+# LayerNorm's 1/sqrt(var + eps) (2-7 in these cases, three norms a step) amplifies ln_lstm's
+# gradients (to ~70 with unit cotangents); float32 implementations compute
+# them to ~2e-6 relative, so with unit cotangents they would miss the float32 tolerance
+# (2e-5 absolute) for reasons of scale alone.  Cotangents 0.05 N(0, 1) keep every gradient
+# below ~1 and torch float32 within 1.3e-6 of the reference (10x under the tolerance).
+COTANGENT_SCALE = {"ln_lstm": 0.05}
 
 
 @dataclass(frozen=True)
@@ -102,9 +114,49 @@ def _case_table() -> list[CaseDef]:
                 proj_size=3, num_layers=3, bidirectional=True, lengths=[4, 7, 1, 6], initial_state=True)
             add("all_options_proj_size", all_tags + ["proj_size"], T=6, I=5, H=6, proj_size=4, num_layers=2,
                 bidirectional=True, batch_first=True, bias=False, lengths=[6, 2, 1, 5], initial_state=True)
+    cases += _custom_cell_cases()
     names = [c.name for c in cases]
     assert len(names) == len(set(names)), "duplicate case names"
     return cases
+
+
+def _custom_cell_cases() -> list[CaseDef]:
+    """The catalogue's custom cells (shared.cells.CUSTOM_CELLS), each option alone and combined.
+
+    Tagged with the cell name, "custom_cell" and the feature tags of the standard cases.
+    Appended after the standard cases, so adding them left every earlier file unchanged.
+    """
+    cases = []
+    for cell in CUSTOM_CELLS:
+        def add(suffix, tags, T=5, B=3, I=3, H=4, lengths=None, initial_state=False, **spec_kw):
+            if lengths is not None:
+                B = len(lengths)
+            cases.append(CaseDef(f"{cell}_{suffix}", RNNSpec(cell, I, H, **spec_kw), T, B,
+                                 (cell, "custom_cell", *tags), initial_state,
+                                 None if lengths is None else tuple(lengths)))
+
+        add("default", ["default"])
+        add("layers2", ["layers"], num_layers=2)
+        add("bidirectional", ["bidirectional"], bidirectional=True)
+        add("lengths_unsorted", ["lengths"], T=6, lengths=[3, 6, 1, 4])
+        add("initial_state", ["initial_state"], initial_state=True)
+        add("batch_first", ["batch_first"], batch_first=True)
+        add("no_bias", ["no_bias"], bias=False)
+        add("bidirectional_layers2_lengths_initial_state",
+            ["bidirectional", "layers", "lengths", "initial_state"], T=5, num_layers=2,
+            bidirectional=True, lengths=[3, 5, 1, 4], initial_state=True)
+    return cases
+
+
+def perturb_extra_params(spec: RNNSpec, params: dict, rng: np.random.Generator) -> None:
+    """Move a cell's extra parameters away from their init, in place, so their gradients
+    (and the terms they scale) are exercised: every entry += 0.3 * N(0, 1), i.e. LayerNorm
+    gains 1 + 0.3 N(0, 1), LayerNorm biases 0.3 N(0, 1), peepholes U(-k, k) + 0.3 N(0, 1).
+    Draws nothing for cells without extras (the standard cells' vectors are unchanged)."""
+    for extra in spec.cell_def.extra_params:
+        for layer, direction in spec.layers_and_directions():
+            name = f"{extra.prefix}_{spec.suffix(layer, direction)}"
+            params[name] = params[name] + 0.3 * rng.standard_normal(params[name].shape)
 
 
 CASES: tuple[CaseDef, ...] = tuple(_case_table())
@@ -120,25 +172,30 @@ def case_def(name: str) -> CaseDef:
 def build_arrays(case: CaseDef) -> dict[str, np.ndarray]:
     """All arrays of one case, in the fixed key order of the .npz file.
 
-    Draw order from default_rng(seed): params (init_params, PyTorch scheme), x, h0, c0,
+    Draw order from default_rng(seed): params (init_params, PyTorch scheme), the
+    perturbation of a custom cell's extra parameters (none for lstm/gru), x, h0, c0,
     cot/output, cot/h_n, cot/c_n.  Changing it changes every vector.
     """
     spec, T, B = case.spec, case.seq_len, case.batch
     rng = np.random.default_rng(case.seed)
     params = init_params(spec, rng, scheme="pytorch")
+    perturb_extra_params(spec, params, rng)
     x_shape = (B, T, spec.input_size) if spec.batch_first else (T, B, spec.input_size)
     x = rng.standard_normal(x_shape)
     shapes = spec.state_shapes(B)
     h0 = c0 = None
     if case.initial_state:
         h0 = rng.standard_normal(shapes["h"])
-        if spec.cell == "lstm":
+        if spec.family == "lstm":
             c0 = rng.standard_normal(shapes["c"])
     lengths = None if case.lengths is None else np.asarray(case.lengths, dtype=np.int64)
     cot = {"output": rng.standard_normal(x_shape[:2] + (spec.output_size,)),
            "h_n": rng.standard_normal(shapes["h"])}
-    if spec.cell == "lstm":
+    if spec.family == "lstm":
         cot["c_n"] = rng.standard_normal(shapes["c"])
+    scale = COTANGENT_SCALE.get(spec.cell, 1.0)
+    if scale != 1.0:
+        cot = {key: scale * value for key, value in cot.items()}
     result = reference.run_case(spec, params, x, h0, c0, lengths, cot)
     arrays: dict[str, np.ndarray] = {"x": x}
     if h0 is not None:
