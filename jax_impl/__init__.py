@@ -4,7 +4,7 @@ Functional core (pure, `jit`-able, differentiable in `x`, `hx` and `params`)::
 
     output, (h_n, c_n) = jax_impl.lstm(params, x, (h0, c0), lengths=None, num_layers=1,
                                        bidirectional=False, batch_first=False, proj_size=0,
-                                       impl="scan", unroll=8)
+                                       impl="scan", unroll=1)
     output, h_n = jax_impl.gru(params, x, h0, ...)
 
 `params` is the canonical dict (PyTorch `state_dict` names and shapes, NumPy or JAX

@@ -123,7 +123,7 @@ def worker(args) -> dict:
 # driver: subprocesses, interleaved rounds, the table
 
 
-def measure(framework, impl, workload, mode, *, unroll=8, remat=False, threads=2, budget=2.0) -> dict:
+def measure(framework, impl, workload, mode, *, unroll=1, remat=False, threads=2, budget=2.0) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, impl, workload, mode,
            "--unroll", str(unroll), "--threads", str(threads), "--budget", str(budget)] + (["--remat"] if remat else [])
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -191,7 +191,7 @@ def main(argv=None):
     parser.add_argument("--impls", default="scan", help="comma-separated jax_impl impls (default: scan)")
     parser.add_argument("--workloads", default="S1,S2,S3")
     parser.add_argument("--modes", default="forward,train")
-    parser.add_argument("--unroll", type=int, default=8)
+    parser.add_argument("--unroll", type=int, default=1)
     parser.add_argument("--remat", action="store_true", help="worker: scan with remat; table: add a remat row")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)

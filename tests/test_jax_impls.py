@@ -115,7 +115,7 @@ def test_float32_matches_reference(impl, cases):
 # ---- scan -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("options", [dict(unroll=1, remat=True)])
+@pytest.mark.parametrize("options", [dict(unroll=3, remat=True)])
 def test_scan_options_compute_the_same_function(options, cases):
     inputs, expected = cases["gru_bi_lengths_state"]
     got = get_adapter("scan", **options).run_case(**inputs, dtype="float64")
