@@ -73,6 +73,8 @@ class JaxAdapter:
         return reason
 
     def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
+        if spec.cell not in ("lstm", "gru"):
+            return f"jax_impl implements PyTorch's lstm and gru cells, not {spec.cell!r}"
         if self.key == "flax_nnx" and spec.cell == "gru" and spec.bias:
             return ("flax nnx GRUCell has no b_hn (the n gate's recurrent bias, scaled by the reset gate): a "
                     "canonical GRU with biases runs only when b_hn = 0, and even then has no b_hn gradient")
