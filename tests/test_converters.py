@@ -330,9 +330,11 @@ def assert_model_matches_torch(spec, params, got):
 def onnx_node_forward(node: dict, X, initial_h, initial_c=None):
     """ONNX LSTM/GRU operator semantics (onnx.ai operator spec), layout 0: returns Y, Y_h, Y_c.
 
-    LSTM gates i,o,f,c; GRU gates z,r,h with linear_before_reset=1.
+    LSTM gates i,o,f,c, with optional peepholes P = [P_i, P_o, P_f] (i, f see C_{t-1},
+    o sees C_t); GRU gates z,r,h with linear_before_reset 1 or 0 (ONNX's default).
     """
     W, R, B, attrs = node["W"], node["R"], node["B"], node["attributes"]
+    P = node.get("P")
     H = attrs["hidden_size"]
     D = 2 if attrs["direction"] == "bidirectional" else 1
     T = X.shape[0]
@@ -345,19 +347,23 @@ def onnx_node_forward(node: dict, X, initial_h, initial_c=None):
         for t in (range(T) if d == 0 else reversed(range(T))):
             Xt = X[t]
             if node["op_type"] == "LSTM":
+                Pi, Po, Pf = np.split(P[d], 3) if P is not None else (0.0, 0.0, 0.0)
                 gx = Xt @ W[d].T + Ht @ R[d].T + Wb + Rb
                 i, o, f, c = (gx[..., k * H:(k + 1) * H] for k in range(4))
-                Ct = sigmoid(f) * Ct + sigmoid(i) * np.tanh(c)
-                Ht = sigmoid(o) * np.tanh(Ct)
+                it, ft = sigmoid(i + Pi * Ct), sigmoid(f + Pf * Ct)
+                Ct = ft * Ct + it * np.tanh(c)
+                Ht = sigmoid(o + Po * Ct) * np.tanh(Ct)
             else:
-                assert attrs["linear_before_reset"] == 1
                 Wz, Wr, Wh = np.split(W[d], 3)
                 Rz, Rr, Rh = np.split(R[d], 3)
                 Wbz, Wbr, Wbh = np.split(Wb, 3)
                 Rbz, Rbr, Rbh = np.split(Rb, 3)
                 z = sigmoid(Xt @ Wz.T + Ht @ Rz.T + Wbz + Rbz)
                 r = sigmoid(Xt @ Wr.T + Ht @ Rr.T + Wbr + Rbr)
-                h = np.tanh(Xt @ Wh.T + r * (Ht @ Rh.T + Rbh) + Wbh)
+                if attrs.get("linear_before_reset", 0) == 1:
+                    h = np.tanh(Xt @ Wh.T + r * (Ht @ Rh.T + Rbh) + Wbh)
+                else:  # default 0: h~ = tanh(Xt Wh^T + (r . H) Rh^T + Rbh + Wbh)
+                    h = np.tanh(Xt @ Wh.T + (r * Ht) @ Rh.T + Rbh + Wbh)
                 Ht = (1 - z) * h + z * Ht
             Y[t, d] = Ht
         Y_h[d] = Ht
@@ -440,7 +446,8 @@ def test_onnx_errors_name_the_problem():
 # ---------------------------------------------------------------- Keras ---------------
 
 def keras_layer_forward(spec, w: dict, xs, h, c=None, go_backwards=False):
-    """Keras 3 LSTM / GRU(reset_after=True) cell equations over a sequence (time-major here).
+    """Keras 3 LSTM / GRU(reset_after=True or, for gru_reset_before, False) cell equations
+    over a sequence (time-major here).
 
     Returns outputs aligned with the input time steps (as keras.layers.Bidirectional
     re-reverses the backward layer's outputs), and the final h, c.
@@ -456,6 +463,13 @@ def keras_layer_forward(spec, w: dict, xs, h, c=None, go_backwards=False):
             i, f, cc, o = np.split(zz, 4, axis=-1)
             c = sigmoid(f) * c + sigmoid(i) * np.tanh(cc)
             h = sigmoid(o) * np.tanh(c)
+        elif spec.cell == "gru_reset_before":  # reset_after=False: one input bias (3H,), r * h before U_h
+            mx = x @ w["kernel"] + (0 if bias is None else bias)
+            x_z, x_r, x_h = np.split(mx, 3, axis=-1)
+            U_z, U_r, U_h = np.split(w["recurrent_kernel"], 3, axis=-1)
+            z, r = sigmoid(x_z + h @ U_z), sigmoid(x_r + h @ U_r)
+            hh = np.tanh(x_h + (r * h) @ U_h)
+            h = z * h + (1 - z) * hh
         else:  # gates z, r, h; reset_after: r multiplies (h @ U_h + b_rec_h)
             mx = x @ w["kernel"] + (0 if bias is None else bias[0])
             mh = h @ w["recurrent_kernel"] + (0 if bias is None else bias[1])
@@ -605,6 +619,10 @@ def _leaves(tree):
 
 # ---------------------------------------------------------------- shared vectors ------
 
+TARGETS_HOLDING = {"lstm": {"flax", "keras", "onnx"}, "gru": {"flax", "keras", "onnx"},
+                   "peephole_lstm": {"onnx"}, "gru_reset_before": {"onnx", "keras"}, "ln_lstm": set()}
+
+
 def _vector_cases():
     vectors = pytest.importorskip("shared.vectors")
     return vectors.load_cases()
@@ -612,8 +630,11 @@ def _vector_cases():
 
 def test_onnx_and_keras_reproduce_the_shared_vectors():
     """Every committed case without lengths: ONNX and Keras equations on converted weights
-    give the stored float64 outputs; cases with proj_size raise for every target."""
+    give the stored float64 outputs (custom cells through the formats that hold them: ONNX
+    peepholes P and linear_before_reset=0, Keras reset_after=False; the others raise
+    naming the cell); cases with proj_size raise for every target."""
     checked = 0
+    checked_cells: dict[str, set] = {}
     for case in _vector_cases():
         spec = case.spec
         if spec.proj_size:
@@ -625,17 +646,202 @@ def test_onnx_and_keras_reproduce_the_shared_vectors():
             continue
         if case.lengths is not None:
             continue  # packed-sequence masking is the driver's job, not the weights'
+        holds = TARGETS_HOLDING[spec.cell]
+        for target, convert in (("flax", to_flax_linen), ("flax", to_flax_nnx), ("keras", to_keras),
+                                ("onnx", to_onnx)):
+            if target not in holds:
+                with pytest.raises(ConversionError, match=f"cell='{spec.cell}'"):
+                    convert(spec, case.params)
         x = np.swapaxes(case.x, 0, 1) if spec.batch_first else case.x
         shapes = spec.state_shapes(x.shape[1])
         h0 = np.zeros(shapes["h"]) if case.h0 is None else case.h0
-        c0 = None if spec.cell == "gru" else (np.zeros(shapes["c"]) if case.c0 is None else case.c0)
-        for run in (lambda: onnx_graph_forward(spec, to_onnx(spec, case.params), x, h0, c0),
-                    lambda: keras_model_forward(spec, to_keras_model(spec, case.params), x, h0, c0)):
-            out, h_n, c_n = run()
+        c0 = None if spec.family == "gru" else (np.zeros(shapes["c"]) if case.c0 is None else case.c0)
+        runs = {"onnx": lambda: onnx_graph_forward(spec, to_onnx(spec, case.params), x, h0, c0),
+                "keras": lambda: keras_model_forward(spec, to_keras_model(spec, case.params), x, h0, c0)}
+        for target in ("onnx", "keras"):
+            if target not in holds:
+                continue
+            out, h_n, c_n = runs[target]()
             out = np.swapaxes(out, 0, 1) if spec.batch_first else out
             np.testing.assert_allclose(out, case.expected["output"], rtol=0, atol=ATOL64, err_msg=case.name)
             np.testing.assert_allclose(h_n, case.expected["h_n"], rtol=0, atol=ATOL64, err_msg=case.name)
-            if spec.cell == "lstm":
+            if spec.family == "lstm":
                 np.testing.assert_allclose(c_n, case.expected["c_n"], rtol=0, atol=ATOL64, err_msg=case.name)
+            checked_cells.setdefault(spec.cell, set()).add(target)
         checked += 1
     assert checked >= 10
+    # every custom cell a format can hold was checked through it on the vectors
+    assert {cell: targets for cell, targets in checked_cells.items() if cell not in ("lstm", "gru")} == {
+        "peephole_lstm": {"onnx"}, "gru_reset_before": {"onnx", "keras"}}
+
+
+# ---------------------------------------------------------------- custom cells ----------
+
+from shared import reference  # noqa: E402
+from shared.converters import read_keras_model, read_onnx  # noqa: E402
+
+CUSTOM_SPECS = {
+    "peephole": RNNSpec("peephole_lstm", 3, 4),
+    "peephole_bi2_nobias": RNNSpec("peephole_lstm", 3, 4, num_layers=2, bidirectional=True, bias=False),
+    "reset_before": RNNSpec("gru_reset_before", 3, 4),
+    "reset_before_bi2": RNNSpec("gru_reset_before", 2, 3, num_layers=2, bidirectional=True),
+    "reset_before_nobias": RNNSpec("gru_reset_before", 3, 4, bias=False),
+}
+
+
+def custom_params(spec: RNNSpec, seed: int = 0) -> dict[str, np.ndarray]:
+    """Canonical params with non-zero biases and peepholes well away from zero."""
+    params = params_for(spec, seed)
+    if spec.bias:
+        params = with_nonzero_biases(spec, params, seed + 1)
+    rng = np.random.default_rng(seed + 2)
+    for name in params:
+        if name.startswith("peephole_"):
+            params[name] = params[name] + rng.standard_normal(params[name].shape)
+    return params
+
+
+def reference_outputs(spec, params, x, h0, c0):
+    got = reference.run_case(spec, params, x, h0, c0)
+    return got["output"], got["h_n"], got.get("c_n")
+
+
+def _inputs(spec, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((STEPS, BATCH, spec.input_size))
+    shapes = spec.state_shapes(BATCH)
+    h0 = rng.standard_normal(shapes["h"])
+    c0 = rng.standard_normal(shapes["c"]) if spec.family == "lstm" else None
+    return x, h0, c0
+
+
+def _assert_outputs(spec, got, want):
+    for a, b, key in zip(got, want, ("output", "h_n", "c_n")):
+        if b is not None:
+            np.testing.assert_allclose(a, b, rtol=0, atol=ATOL64, err_msg=key)
+
+
+@pytest.mark.parametrize("name", CUSTOM_SPECS)
+def test_custom_cells_through_onnx_compute_the_reference_and_round_trip(name):
+    spec = CUSTOM_SPECS[name]
+    params = custom_params(spec)
+    nodes = to_onnx(spec, params)
+    for node in nodes:
+        assert node["op_type"] == ("LSTM" if spec.family == "lstm" else "GRU")
+        if spec.cell == "peephole_lstm":
+            assert node["P"].shape == (spec.num_directions, 3 * spec.hidden_size)
+        else:
+            assert "P" not in node and node["attributes"]["linear_before_reset"] == 0
+    x, h0, c0 = _inputs(spec)
+    _assert_outputs(spec, onnx_graph_forward(spec, nodes, x, h0, c0), reference_outputs(spec, params, x, h0, c0))
+    back = from_onnx(spec, nodes)
+    assert list(back) == spec.param_names()
+    for k in params:  # both biases and the peepholes survive: exact
+        np.testing.assert_array_equal(back[k], params[k], err_msg=k)
+    inferred, again = read_onnx(nodes)
+    assert inferred == spec
+    for k in params:
+        np.testing.assert_array_equal(again[k], params[k], err_msg=k)
+
+
+def test_onnx_peephole_order_is_i_o_f():
+    spec = CUSTOM_SPECS["peephole"]
+    params = custom_params(spec)
+    H = spec.hidden_size
+    p_i, p_f, p_o = np.split(params["peephole_l0"], 3)
+    P = to_onnx(spec, params)[0]["P"][0]
+    np.testing.assert_array_equal(P, np.concatenate([p_i, p_o, p_f]))
+    assert P.shape == (3 * H,)
+
+
+@pytest.mark.parametrize("name", [n for n in CUSTOM_SPECS if CUSTOM_SPECS[n].cell == "gru_reset_before"])
+def test_reset_before_gru_through_keras_reset_after_false(name):
+    spec = CUSTOM_SPECS[name]
+    params = custom_params(spec)
+    weights = to_keras_model(spec, params)
+    G, H = spec.num_gates, spec.hidden_size
+    for layer, d in spec.layers_and_directions():
+        w = weights[spec.suffix(layer, d)]
+        assert ("bias" in w) == spec.bias
+        if spec.bias:
+            assert w["bias"].shape == (G * H,)  # reset_after=False: one bias, b_ih + b_hh folded
+    x, h0, _ = _inputs(spec)
+    _assert_outputs(spec, keras_model_forward(spec, weights, x, h0, None), reference_outputs(spec, params, x, h0, None))
+    back = from_keras_model(spec, weights)
+    assert_same_function(spec, params, back)
+    inferred, again = read_keras_model(weights, reset_after=None if spec.bias else False)
+    assert inferred == spec
+    assert_same_function(spec, params, again)
+
+
+def test_read_onnx_and_read_keras_choose_the_cell():
+    lstm, gru = SPECS["lstm_bi2"], SPECS["gru_bi2"]
+    for spec in (lstm, gru, SPECS["lstm_nobias"]):
+        params = params_for(spec)
+        inferred, back = read_onnx(to_onnx(spec, params))
+        assert inferred == spec
+        assert_same_function(spec, params, back)
+        inferred, back = read_keras_model(to_keras_model(spec, params))
+        assert inferred == spec
+    # a GRU node with linear_before_reset=0 (or the attribute absent: ONNX's default) is reset-before
+    node = to_onnx(SPECS["gru"], params_for(SPECS["gru"]))[0]
+    for attrs in ({**node["attributes"], "linear_before_reset": 0},
+                  {k: v for k, v in node["attributes"].items() if k != "linear_before_reset"}):
+        spec, _ = read_onnx([{**node, "attributes": attrs}])
+        assert spec.cell == "gru_reset_before"
+    # an LSTM node with zero P is a plain LSTM, with non-zero P a peephole LSTM
+    lnode = to_onnx(SPECS["lstm"], params_for(SPECS["lstm"]))[0]
+    assert read_onnx([{**lnode, "P": np.zeros((1, 12))}])[0].cell == "lstm"
+    spec, params = read_onnx([{**lnode, "P": np.arange(12.0)[None]}])
+    assert spec.cell == "peephole_lstm"
+    np.testing.assert_array_equal(params["peephole_l0"], np.r_[0:4, 8:12, 4:8])  # [i, o, f] -> [i, f, o]
+    with pytest.raises(ConversionError, match="pass reset_after"):
+        read_keras_model(to_keras_model(SPECS["gru_nobias"], params_for(SPECS["gru_nobias"])))
+    with pytest.raises(ConversionError, match="same op_type"):
+        read_onnx([lnode, node])
+
+
+def test_custom_cell_conversion_errors_name_the_cell():
+    gru, reset_before = SPECS["gru"], CUSTOM_SPECS["reset_before"]
+    node = to_onnx(gru, params_for(gru))[0]
+    with pytest.raises(ConversionError, match="linear_before_reset=0.*cell='gru_reset_before'"):
+        from_onnx_layer(gru, {**node, "attributes": {**node["attributes"], "linear_before_reset": 0}})
+    with pytest.raises(ConversionError, match="linear_before_reset=1.*cell='gru'"):
+        from_onnx_layer(reset_before, node)
+    lstm = SPECS["lstm"]
+    lnode = to_onnx(lstm, params_for(lstm))[0]
+    with pytest.raises(ConversionError, match="peepholes P.*cell='peephole_lstm'"):
+        from_onnx_layer(lstm, {**lnode, "P": np.ones((1, 12))})
+    w = to_keras(gru, params_for(gru))
+    with pytest.raises(ConversionError, match="reset_after=False.*cell='gru_reset_before'"):
+        from_keras(gru, {**w, "bias": w["bias"][0]})
+    with pytest.raises(ConversionError, match="reset_after=True.*cell='gru'"):
+        from_keras(reset_before, w)
+    peep = CUSTOM_SPECS["peephole"]
+    for convert in (to_keras, to_flax_linen, to_flax_nnx):
+        with pytest.raises(ConversionError, match="cannot hold cell='peephole_lstm'"):
+            convert(peep, custom_params(peep))
+    for convert in (to_flax_linen, to_flax_nnx):
+        with pytest.raises(ConversionError, match="cannot hold cell='gru_reset_before'"):
+            convert(reset_before, custom_params(reset_before))
+    ln = RNNSpec("ln_lstm", 3, 4)
+    for convert in (to_onnx, to_keras, to_flax_linen, to_flax_nnx):
+        with pytest.raises(ConversionError, match="cannot hold cell='ln_lstm'"):
+            convert(ln, params_for(ln))
+    with pytest.raises(ConversionError, match="cannot hold cell='ln_lstm'"):
+        from_onnx(ln, [lnode])
+
+
+def test_effective_biases_of_custom_cells():
+    """Folded where the function only sees b_ih + b_hh; separate where it does not."""
+    for spec in (CUSTOM_SPECS["peephole"], CUSTOM_SPECS["reset_before"]):
+        params = custom_params(spec)
+        eb = effective_biases(spec, params)
+        np.testing.assert_array_equal(eb["bias_l0"], params["bias_ih_l0"] + params["bias_hh_l0"])
+        # moving bias between b_ih and b_hh keeps the function: the reference agrees
+        moved = {**params, "bias_ih_l0": eb["bias_l0"], "bias_hh_l0": np.zeros_like(eb["bias_l0"])}
+        x, h0, c0 = _inputs(spec)
+        _assert_outputs(spec, reference_outputs(spec, moved, x, h0, c0), reference_outputs(spec, params, x, h0, c0))
+    ln = RNNSpec("ln_lstm", 3, 4)
+    params = with_nonzero_biases(ln, params_for(ln))
+    assert set(effective_biases(ln, params)) == {"bias_ih_l0", "bias_hh_l0"}

@@ -29,6 +29,14 @@ def check_layer(spec: RNNSpec, layer: int, direction: int) -> str:
     return spec.suffix(layer, direction)
 
 
+def require_cells(spec: RNNSpec, cells: tuple[str, ...], target: str) -> None:
+    """Raise unless `spec.cell` is one of `cells`, the cells `target` can hold exactly."""
+    if spec.cell not in cells:
+        raise ConversionError(
+            f"{target} cannot hold cell={spec.cell!r}: it has no such cell (it holds {', '.join(cells)}), "
+            f"so the model cannot be represented")
+
+
 def reject_projection(spec: RNNSpec, target: str) -> None:
     """Raise when the spec uses proj_size: none of the targets here has a projection."""
     if spec.proj_size:
@@ -149,9 +157,13 @@ def nest(flat: Mapping[str, np.ndarray]) -> dict:
 def effective_biases(spec: RNNSpec, params: Mapping) -> dict[str, np.ndarray]:
     """The bias combinations that determine the function a model computes.
 
-    LSTM: `b_ih + b_hh` per layer/direction (key `bias_l{k}[_reverse]`).
+    LSTM, peephole_lstm, gru_reset_before: `b_ih + b_hh` per layer/direction (key
+    `bias_l{k}[_reverse]`; in the reset-before GRU b_hn is added after the matmul, so it
+    folds too).
     GRU: `b_ih + b_hh` for the r and z gates, and `b_in`, `b_hn` separately (b_hn is
     multiplied by r, so it cannot be folded): keys `bias_rz_*`, `bias_in_*`, `bias_hn_*`.
+    ln_lstm (and any other cell): `b_ih` and `b_hh` as they are (they pass through
+    different LayerNorms): keys `bias_ih_*`, `bias_hh_*`.
     Two canonical dicts compute the same function iff their weights are equal and these
     are equal; converters through one-bias layouts preserve exactly these.
     """
@@ -160,8 +172,11 @@ def effective_biases(spec: RNNSpec, params: Mapping) -> dict[str, np.ndarray]:
         s = spec.suffix(layer, direction)
         arr = layer_arrays(spec, params, s)
         total = arr["b_ih"] + arr["b_hh"]
-        if spec.cell == "lstm":
+        if spec.cell in ("lstm", "peephole_lstm", "gru_reset_before"):
             out[f"bias_{s}"] = total
+        elif spec.cell != "gru":
+            out[f"bias_ih_{s}"] = arr["b_ih"]
+            out[f"bias_hh_{s}"] = arr["b_hh"]
         else:
             H = spec.hidden_size
             out[f"bias_rz_{s}"] = total[:2 * H]
