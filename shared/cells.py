@@ -100,7 +100,9 @@ g = tanh(W_ig x + b_ig + W_hg h + b_hg)
 c' = f * c + i * g
 o = sigmoid(W_io x + b_io + W_ho h + b_ho + p_o * c')
 h' = o * tanh(c')""",
-    extra_params=(ExtraParam("peephole", "3H", "uniform", "diagonal peephole weights, blocks p_i, p_f, p_o (ONNX P order iof)"),)))
+    extra_params=(ExtraParam("peephole", "3H", "uniform",
+                             "diagonal peephole weights, blocks p_i, p_f, p_o (ONNX's P is ordered i, o, f: "
+                             "the ONNX converter reorders)"),)))
 
 register_cell(CellDef(
     "gru_reset_before", "gru", ("r", "z", "n"),
@@ -110,3 +112,19 @@ n = tanh(W_in x + b_in + W_hn (r * h) + b_hn);  h' = (1 - z) * n + z * h"""))
 
 STANDARD_CELLS = ("lstm", "gru")
 CUSTOM_CELLS = ("ln_lstm", "peephole_lstm", "gru_reset_before")
+
+
+def markdown_table(names: tuple[str, ...] | None = None) -> str:
+    """A Markdown table of the cells (name, family, gates, extra parameters with shapes).
+
+    For the README: `python -c "from shared.cells import markdown_table; print(markdown_table())"`.
+    """
+    rows = ["| cell | family (state) | gates | extra parameters per layer/direction |",
+            "|---|---|---|---|"]
+    for name in names or tuple(CELL_DEFS):
+        cell = get_cell(name)
+        state = "h, c" if cell.has_cell_state else "h"
+        extras = "; ".join(f"`{e.prefix}_l{{k}}[_reverse]` ({e.size}, init {e.init}): {e.doc}"
+                           for e in cell.extra_params) or "none"
+        rows.append(f"| `{name}` | {cell.family} ({state}) | {', '.join(cell.gates)} | {extras} |")
+    return "\n".join(rows)
