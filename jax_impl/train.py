@@ -24,7 +24,7 @@ transformation with torch's 1e-6 (with eps=0 it is exactly optax.clip_by_global_
 from __future__ import annotations
 
 import time
-from functools import partial
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -178,11 +178,21 @@ def hidden_grad_norms(config: TrainConfig, impl: str, steps, *, rnn_params=None,
     head = {k: jnp.asarray(v, dtype=jdt) for k, v in head_params.items()}
     x, y, _, _ = _arrays(batch, jdt)
     T = x.shape[0]
-    is_lstm = spec.cell == "lstm"
     norms = {}
     for t in steps:
         if not 1 <= t <= T:
             raise ValueError(f"step {t} outside [1, T={T}]")
+        norms[int(t)] = float(_hidden_grad_norm_fn(spec, impl, int(t))(rnn, head, x, y))
+    return norms
+
+
+@lru_cache(maxsize=None)
+def _hidden_grad_norm_fn(spec, impl: str, t: int):
+    """jit((rnn, head, x, y) -> ||dL/dh_t||), one compilation per (spec, impl, t) and shape."""
+    is_lstm = spec.cell == "lstm"
+
+    def norm(rnn, head, x, y):
+        T = x.shape[0]
         _, state = rnn_apply(spec, impl, rnn, x[:t])
         h_t, c_t = state if is_lstm else (state, None)
 
@@ -194,6 +204,6 @@ def hidden_grad_norms(config: TrainConfig, impl: str, steps, *, rnn_params=None,
                 pred = _head(head, out[-1])
             return jnp.mean((pred - y) ** 2)
 
-        grad = jax.grad(loss_of_h)(h_t)
-        norms[int(t)] = float(jnp.linalg.norm(jnp.asarray(grad, dtype=jnp.float64).ravel()))
-    return norms
+        return jnp.linalg.norm(jax.grad(loss_of_h)(h_t).ravel())
+
+    return jax.jit(norm)

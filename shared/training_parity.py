@@ -70,6 +70,16 @@ def implementations(impls: Sequence[str] | None = None) -> list[str]:
     return names
 
 
+def unsupported_reason(name: str, config: TrainConfig, dtype: str = "float64") -> str | None:
+    """Why implementation `name` cannot train `config` (the registry's and adapter's answer), or None."""
+    from . import registry
+    spec = config.spec()
+    has_lengths = config.make_task().batch(0, 1).lengths is not None
+    impl = registry.get(name)
+    return (impl.unsupported_reason(spec, lengths=has_lengths, dtype=dtype)
+            or impl.adapter().unsupported_reason(spec, lengths=has_lengths, dtype=dtype))
+
+
 def train(name: str, config: TrainConfig, dtype: str = "float64", **kwargs):
     framework, key = name.split(".", 1)
     return trainer(framework).train(config, key, dtype, **kwargs)
@@ -102,11 +112,13 @@ def run(impls: Sequence[str] | None = None, steps: int = 100, configs: dict[str,
         float32: bool = True, grad_norms: bool = True) -> dict:
     """Run every configuration for every implementation; return the report (JSON-ready)."""
     from dataclasses import replace
-    names = implementations(impls)
+    all_names = implementations(impls)
     configs = {k: replace(c, steps=steps) for k, c in (configs or CONFIGS).items()}
-    report = {"float64_rtol": FLOAT64_RTOL, "float32_bound": FLOAT32_BOUND, "implementations": names,
+    report = {"float64_rtol": FLOAT64_RTOL, "float32_bound": FLOAT32_BOUND, "implementations": all_names,
               "configs": {}, "ok": True}
     for cname, config in configs.items():
+        skipped = {n: r for n in all_names if (r := unsupported_reason(n, config)) is not None}
+        names = [n for n in all_names if n not in skipped]
         runs = {n: train(n, config, "float64") for n in names}
         curves = {n: r.losses for n, r in runs.items()}
         pairs = pairwise_max_rel(curves)
@@ -120,6 +132,7 @@ def run(impls: Sequence[str] | None = None, steps: int = 100, configs: dict[str,
             "clipped_steps": {n: int(r.clipped.sum()) for n, r in runs.items()},
             "max_rel_float64": worst[1],
             "worst_pair": list(worst[0]) if worst[0] else None,
+            "not_supported": skipped,
         }
         entry["ok"] = bool(worst[1] <= FLOAT64_RTOL)
         if float32:
@@ -180,6 +193,10 @@ def markdown(report: dict) -> list[str]:
                      f"{e['first_loss']:.4f} → {e['last_loss']:.4f} | {', '.join(map(str, clipped))} | "
                      f"{e['max_rel_float64']:.1e} | {drift} | {len(e['losses'])} |")
     lines.append("")
+    for cname, e in report["configs"].items():
+        for n, reason in e.get("not_supported", {}).items():
+            lines.append(f"- {cname}: `{n}` not trained: {reason}")
+    lines.append("")
     if "grad_norms" in report:
         g = report["grad_norms"]
         steps = g["steps"]
@@ -208,6 +225,9 @@ def render(report: dict, console) -> None:
         table.add_row(cname, str(e["config"]["steps"]), f"{e['first_loss']:.4f} → {e['last_loss']:.4f}",
                       f"[{style}]{e['max_rel_float64']:.1e}[/{style}]", drift, secs)
     console.print(table)
+    for cname, e in report["configs"].items():
+        for n, reason in e.get("not_supported", {}).items():
+            console.print(f"[grey50]{cname}: {n} not trained: {reason}[/grey50]")
     if "grad_norms" in report:
         g = report["grad_norms"]
         t = Table(title=f"||dL/dh_t|| ({GRAD_NORM_CONFIG}, first batch); max rel. spread {g['max_rel']:.1e}",
