@@ -43,12 +43,12 @@ def plot_ratio_to_native(res: Results, path: Path) -> Path | None:
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     impls = sorted(dict.fromkeys(r["impl"] for r in rows),
                    key=lambda n: next(((r["framework"] != "torch", r["rung"] or 0) for r in rows if r["impl"] == n)))
-    fig, axes = plt.subplots(len(cells), 2, figsize=(max(8, 1.1 * len(impls) * 2), 3.6 * len(cells)),
-                             squeeze=False)
+    fig, axes = plt.subplots(2 * len(cells), 1, figsize=(max(8, 0.45 * len(impls) * len(workloads) + 3),
+                                                          3.4 * 2 * len(cells)), squeeze=False)
     width = 0.8 / max(1, len(workloads))
     for i, cell in enumerate(cells):
         for j, (key, label) in enumerate([("forward_x_native", "forward"), ("train_x_native", "forward+backward")]):
-            ax = axes[i][j]
+            ax = axes[2 * i + j][0]
             for k, w in enumerate(workloads):
                 xs, ys = [], []
                 for n, impl in enumerate(impls):
@@ -59,6 +59,7 @@ def plot_ratio_to_native(res: Results, path: Path) -> Path | None:
                 bars = ax.bar(xs, ys, width, label=w)
                 ax.bar_label(bars, labels=[f"{y:.1f}" for y in ys], fontsize=6, padding=1)
             ax.axhline(1.0, color="black", lw=0.8, ls="--")
+            ax.margins(y=0.12)  # room for the bar labels
             ax.set_yscale("log")
             _plain_log_axis(ax.yaxis)
             ax.set_xticks(range(len(impls)), impls, rotation=40, ha="right", fontsize=8)
@@ -129,9 +130,10 @@ def plot_ladder(res: Results, cell: str, path: Path, workload: str | None = None
                   label="forward+backward")
     labels = []
     for r in rows:
-        text = f"{r['train_ms']:.3g} ms"
+        text = f"{r['train_ms']:.0f} ms" if r["train_ms"] >= 100 else f"{r['train_ms']:.3g} ms"
         if r["speedup_train"] is not None:
-            text += f"\n{r['speedup_train']:.2f}x faster"
+            up = r["speedup_train"]
+            text += f"\n{up:.2f}x faster" if up >= 1 else f"\n{1 / up:.2f}x slower"
         labels.append(text)
     ax.bar_label(bars, labels=labels, fontsize=7, padding=2)
     ax.set_yscale("log")
