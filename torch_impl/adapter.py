@@ -61,6 +61,8 @@ class TorchAdapter:
         return backends.unavailable_reason(self.key, device)
 
     def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
+        if spec.cell not in ("lstm", "gru"):
+            return f"torch.{self.key} implements the lstm and gru cells, not {spec.cell!r}"
         if dtype not in _DTYPES:
             return f"torch.{self.key} supports dtypes {', '.join(_DTYPES)}, not {dtype}"
         if spec.proj_size and self.key not in backends.PROJ_BACKENDS:
