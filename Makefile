@@ -10,8 +10,11 @@ DEPS := requirements.txt constraints.txt pyproject.toml
 STAMP := $(VENV)/.stamp-$(shell cat $(DEPS) | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
 RUN_ARGS ?=
+ASV := $(VENV)/bin/asv
+RANGE ?= HEAD~5..HEAD
+BENCH_ARGS ?=
 
-.PHONY: venv run test parity bench bench-quick bench-publish vectors vectors-check gpu-check clean
+.PHONY: venv run test ladder parity bench bench-quick bench-history bench-publish profile-torch vectors vectors-check gpu-check clean
 
 venv: $(STAMP)
 
@@ -25,10 +28,34 @@ $(STAMP): $(DEPS)
 	touch $@
 
 run: venv
-	$(PY) -m shared.cli list $(RUN_ARGS)
+	$(PY) -m shared.cli compare $(RUN_ARGS)
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+ladder: venv
+	$(PY) -m shared.cli ladder --cell $(or $(CELL),lstm) $(RUN_ARGS)
+
+# asv: record this commit in the current env, then publish (publishes even if a benchmark failed; keeps the exit code)
+bench: venv
+	$(ASV) machine --yes
+	$(ASV) run --python=same --set-commit-hash $$(git rev-parse HEAD) $(BENCH_ARGS); s=$$?; $(ASV) publish && exit $$s
+
+bench-quick: venv
+	$(ASV) check --python=same
+	$(ASV) machine --yes
+	RNNBENCH_PROFILE=quick $(ASV) run --python=same --quick --dry-run --show-stderr --bench 'RNN.time_forward'
+
+# asv builds its own virtualenv per commit (pinned CPU deps) and back-fills history
+bench-history: venv
+	$(ASV) machine --yes
+	$(ASV) run $(RANGE) $(BENCH_ARGS); s=$$?; $(ASV) publish && exit $$s
+
+bench-publish: venv
+	$(ASV) publish
+
+profile-torch: venv
+	$(PY) scripts/profile_torch.py time --clock process --threads 1
 
 parity: venv
 	$(PY) -m shared.cli parity
