@@ -438,23 +438,34 @@ def _split(values: Sequence[str] | None) -> list[str] | None:
     return [v for item in values for v in item.split(",") if v]
 
 
+def select_cases(cases: Sequence, wanted: Sequence[str]) -> list:
+    """Cases named in `wanted`: an exact name selects that case; otherwise a substring
+    ("lengths", "gru_") selects every case whose name contains it."""
+    names = [c.name for c in cases]
+    chosen = set()
+    for w in wanted:
+        hits = [w] if w in names else [n for n in names if w in n]
+        if not hits:
+            raise SystemExit(f"rnnbench parity: no vector case matches {w!r}; valid names: {', '.join(names)}")
+        chosen.update(hits)
+    return [c for c in cases if c.name in chosen]
+
+
 def cmd_parity(args) -> int:
     from rich.console import Console
 
     from .vectors import load_cases
     console = Console()
+    if args.threads:
+        import importlib.util
+        if importlib.util.find_spec("torch") is not None:
+            import torch
+            torch.set_num_threads(args.threads)  # tiny cases: spare threads only spin on a busy CPU
     impls = _select(registry.names(), _split(args.impls), "implementation")
     dtypes = _select(list(DTYPES), _split(args.dtypes), "dtype")
     all_cases = list(load_cases())
     wanted_cases = _split(args.cases)
-    if wanted_cases:
-        names = [c.name for c in all_cases]
-        bad = [w for w in wanted_cases if not any(w == n or w in n for n in names)]
-        if bad:
-            raise SystemExit(f"rnnbench parity: no vector case matches {bad}; valid names: {', '.join(names)}")
-        cases = [c for c in all_cases if any(w == c.name or w in c.name for w in wanted_cases)]
-    else:
-        cases = all_cases
+    cases = select_cases(all_cases, wanted_cases) if wanted_cases else all_cases
     subsets = {}
     if args.quick:
         subsets = {n: [c.name for c in covering_cases(cases, _supported_in_any_dtype(n, dtypes))]
@@ -514,4 +525,6 @@ def register(subparsers) -> None:
     p.add_argument("--training", action="store_true",
                    help="also train the same model in torch.optim and optax and compare loss curves")
     p.add_argument("--training-steps", type=int, default=100)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (default 1: the cases are tiny; 0 keeps torch's default)")
     p.set_defaults(func=cmd_parity)
