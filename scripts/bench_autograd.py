@@ -3,8 +3,8 @@
     .venv/bin/python scripts/bench_autograd.py                 # S1, LSTM and GRU, 2 threads
     .venv/bin/python scripts/bench_autograd.py --cell lstm --repeats 9 --profile
 
-Variants, timed interleaved (one call of each per round, so load from other processes
-hits them alike) and reported as medians and as ratios to `native` of the same round:
+Variants, timed interleaved (one call of each per round, in a rotating order, so load
+from other processes hits them alike) and reported as medians and as ratios to `native` of the same round:
   native           nn.LSTM / nn.GRU (oneDNN RNN primitive for the float32 CPU LSTM)
   autograd         torch_impl.autograd_fn.run_direction, GEMM policy "auto" (the default:
                    per shape, the faster of oneDNN and BLAS, timed at the first call)
@@ -83,9 +83,12 @@ def interleaved(fns, repeats, warmup, zero_grad, clock=time.perf_counter):
             fn()
     times = {k: [] for k in fns}
     ratios = {k: [] for k in fns}
-    for _ in range(repeats):
+    names = list(fns)
+    for r in range(repeats):
         round_times = {}
-        for name, fn in fns.items():
+        # rotate the order each round so no variant always runs right after another
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[name]
             zero_grad()
             start = clock()
             fn()
