@@ -82,8 +82,10 @@ _ROWS = [
     Implementation("torch.naive", "seeds' cell: cat([x, h]) + one Linear per step, x[t] indexing", 0),
     Implementation("torch.cell_loop", "nn.LSTMCell / nn.GRUCell in a Python loop", 1),
     Implementation("torch.jit", "TorchScript-scripted eager loop (the first seed's advice)", 2, proj_size=True),
-    Implementation("torch.eager", "hoisted input GEMM, one addmm per step, unbind, fused gates", 3, proj_size=True),
-    Implementation("torch.compile", "torch.compile of the step (compile time independent of T)", 4, proj_size=True),
+    Implementation("torch.eager", "hoisted input GEMM, one addmm per step, unbind, fused gates", 3, proj_size=True,
+                   cells=("lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before")),
+    Implementation("torch.compile", "torch.compile of the step (compile time independent of T)", 4, proj_size=True,
+                   cells=("lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before")),
     Implementation("torch.autograd", "custom autograd.Function, hand-written BPTT, batched weight-grad GEMMs", 5, proj_size=True),
     Implementation("torch.native", "nn.LSTM / nn.GRU (cuDNN on CUDA, oneDNN on CPU)", 6, proj_size=True),
     # JAX ladder (jax_impl.IMPLS)

@@ -5,12 +5,20 @@
     lstm.load_state_dict(nn_lstm.state_dict())
     output, (h_n, c_n) = lstm(x)
 
+Other cells of the catalogue (`shared.cells`): `torch_impl.LayerNormLSTM`, `PeepholeLSTM`,
+`ResetBeforeGRU`, or `torch_impl.RNN(cell, ...)` for any cell, a user's own included once
+its torch step is registered (`torch_impl.register_cell(name, step)`; see
+`torch_impl.cells`).  They run on `CUSTOM_CELL_BACKENDS` (eager, compile).
+
 `BACKENDS` names every backend in ladder order; `available_backends(device)` those that
 run on `device` here; `unavailable_reason(backend, device)` says why one does not.
 """
 
-from .backends import BACKENDS, PROJ_BACKENDS, available_backends, unavailable_reason
-from .modules import GRU, LSTM, BackendUnavailableError, RNNInputError
+from .backends import (BACKENDS, CUSTOM_CELL_BACKENDS, PROJ_BACKENDS, available_backends,
+                       unavailable_reason, unsupported_cell_reason)
+from .cells import register_cell
+from .modules import GRU, LSTM, RNN, BackendUnavailableError, LayerNormLSTM, PeepholeLSTM, ResetBeforeGRU, RNNInputError
 
-__all__ = ["LSTM", "GRU", "BACKENDS", "PROJ_BACKENDS", "available_backends", "unavailable_reason",
-           "RNNInputError", "BackendUnavailableError"]
+__all__ = ["LSTM", "GRU", "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU", "register_cell",
+           "BACKENDS", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "available_backends", "unavailable_reason",
+           "unsupported_cell_reason", "RNNInputError", "BackendUnavailableError"]

@@ -1,7 +1,8 @@
 """The registry adapter for every PyTorch backend (see `shared.adapter` for the protocol).
 
 `get_adapter("eager")` -> an object with `run_case` (canonical NumPy in, float64 NumPy
-out, through `torch_impl.LSTM`/`GRU` with that backend) and `make_workload` (a model
+out, through `torch_impl.LSTM`/`GRU`, or `torch_impl.RNN(cell)` for the other catalogue cells,
+with that backend) and `make_workload` (a model
 and inputs built once; `forward()` under `torch.no_grad()`, `train_step()` forward +
 backward of `output.sum()` (+ the final states), synchronizing CUDA).
 """
@@ -18,7 +19,7 @@ from shared.params import check_params, init_params
 from shared.spec import RNNSpec
 
 from . import backends
-from .modules import GRU, LSTM
+from .modules import GRU, LSTM, RNN
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -33,8 +34,11 @@ def _torch_dtype(dtype: str) -> torch.dtype:
 def build_module(spec: RNNSpec, backend: str, params: Mapping[str, np.ndarray] | None = None, *,
                  dtype: str = "float32", device: str = "cpu"):
     """`torch_impl.LSTM`/`GRU` for `spec` with `backend`, loaded with canonical `params`."""
-    cls = LSTM if spec.cell == "lstm" else GRU
-    module = cls(**spec.torch_kwargs(), backend=backend, dtype=_torch_dtype(dtype), device=device)
+    kwargs = dict(**spec.torch_kwargs(), backend=backend, dtype=_torch_dtype(dtype), device=device)
+    if spec.cell in ("lstm", "gru"):
+        module = (LSTM if spec.cell == "lstm" else GRU)(**kwargs)
+    else:  # any other catalogue cell with a torch step (torch_impl.cells)
+        module = RNN(spec.cell, **kwargs)
     if params is not None:
         check_params(spec, params)
         with torch.no_grad():
@@ -61,8 +65,9 @@ class TorchAdapter:
         return backends.unavailable_reason(self.key, device)
 
     def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
-        if spec.cell not in ("lstm", "gru"):
-            return f"torch.{self.key} implements the lstm and gru cells, not {spec.cell!r}"
+        reason = backends.unsupported_cell_reason(self.key, spec.cell)
+        if reason is not None:
+            return f"torch.{self.key}: {reason}"
         if dtype not in _DTYPES:
             return f"torch.{self.key} supports dtypes {', '.join(_DTYPES)}, not {dtype}"
         if spec.proj_size and self.key not in backends.PROJ_BACKENDS:
@@ -79,8 +84,9 @@ class TorchAdapter:
             self.unavailable_reason(device)
         if reason:
             raise ValueError(reason)
-        if spec.cell == "lstm" and (h0 is None) != (c0 is None):
-            raise ValueError("an LSTM takes h0 and c0 together or not at all")
+        has_c = spec.family == "lstm"
+        if has_c and (h0 is None) != (c0 is None):
+            raise ValueError(f"an LSTM-family cell ({spec.cell}) takes h0 and c0 together or not at all")
         tdtype = _torch_dtype(dtype)
         module = build_module(spec, self.key, params, dtype=dtype, device=device).eval()
 
@@ -90,7 +96,7 @@ class TorchAdapter:
         x_t = tensor(x)
         h0_t = tensor(h0) if h0 is not None else None
         c0_t = tensor(c0) if c0 is not None else None
-        hx = None if h0_t is None else ((h0_t, c0_t) if spec.cell == "lstm" else h0_t)
+        hx = None if h0_t is None else ((h0_t, c0_t) if has_c else h0_t)
         T = x_t.shape[1 if spec.batch_first else 0]
         with torch.enable_grad():
             if lengths is None:
@@ -100,7 +106,7 @@ class TorchAdapter:
                                               batch_first=spec.batch_first, enforce_sorted=False)
                 out_packed, hidden = module(packed, hx)
                 output, _ = pad_packed_sequence(out_packed, batch_first=spec.batch_first, total_length=T)
-            h_n, c_n = hidden if spec.cell == "lstm" else (hidden, None)
+            h_n, c_n = hidden if has_c else (hidden, None)
             result = {"output": output, "h_n": h_n}
             if c_n is not None:
                 result["c_n"] = c_n
@@ -143,7 +149,7 @@ class TorchWorkload:
 
     def _loss(self):
         output, hidden = self.module(self.x)
-        h_n, c_n = hidden if self.spec.cell == "lstm" else (hidden, None)
+        h_n, c_n = hidden if self.spec.family == "lstm" else (hidden, None)
         loss = output.sum() + h_n.sum()
         return loss if c_n is None else loss + c_n.sum()
 

@@ -8,7 +8,8 @@ output (T, B, D*H_out) with zeros past each length, h_n, c_n (LSTM) or None.
 The reverse direction runs over each sequence's valid part, reversed: the input is
 gathered with idx[t, b] = lengths[b] - 1 - t for t < lengths[b] (else t), the forward
 direction function runs on it, and its output is gathered back with the same index
-(the permutation is its own inverse).  Dropout is applied to each layer's output in
+(the permutation is its own inverse).  The driver knows cells only by their family (whether
+they carry c): every catalogue cell runs through it unchanged.  Dropout is applied to each layer's output in
 training mode, except after the last layer, as `nn.LSTM` does.
 """
 
@@ -20,7 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# (w_ih, w_hh, b_ih | None, b_hh | None, w_hr | None) of one layer and direction
+from shared.cells import get_cell
+
+# (w_ih, w_hh, b_ih | None, b_hh | None, w_hr | None[, extras]) of one layer and direction;
+# extras: {prefix: tensor} of the cell's extra parameters (shared.cells), passed on to the
+# direction function as `extras=` only when the cell has some.
 LayerParams = tuple
 
 
@@ -51,14 +56,16 @@ def run(cell: str, direction_fn: Callable, x: Tensor, h0: Tensor, c0: Tensor | N
         outputs = []
         for direction in range(D):
             k = layer * D + direction
-            w_ih, w_hh, b_ih, b_hh, w_hr = params[k]
+            w_ih, w_hh, b_ih, b_hh, w_hr, *rest = params[k]
+            extras = {"extras": rest[0]} if rest and rest[0] else {}  # only cells with extra params
             inp = layer_input if direction == 0 else reverse_time(layer_input, rev_index)
             out, h, c = direction_fn(cell, inp, h0[k], None if c0 is None else c0[k],
-                                     w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+                                     w_ih, w_hh, b_ih, b_hh, w_hr, lengths, **extras)
             outputs.append(out if direction == 0 else reverse_time(out, rev_index))
             h_n.append(h)
             c_n.append(c)
         layer_input = outputs[0] if D == 1 else torch.cat(outputs, dim=2)
         if dropout > 0 and training and layer < num_layers - 1:
             layer_input = F.dropout(layer_input, p=dropout, training=True)
-    return layer_input, torch.stack(h_n), (torch.stack(c_n) if cell == "lstm" else None)
+    has_c = get_cell(cell).has_cell_state
+    return layer_input, torch.stack(h_n), (torch.stack(c_n) if has_c else None)

@@ -1,4 +1,6 @@
-"""`torch_impl.LSTM` and `torch_impl.GRU`: drop-in `nn.LSTM` / `nn.GRU` with a `backend=`.
+"""`torch_impl.LSTM` and `torch_impl.GRU`: drop-in `nn.LSTM` / `nn.GRU` with a `backend=`;
+`torch_impl.RNN(cell, ...)` (and `LayerNormLSTM`, `PeepholeLSTM`, `ResetBeforeGRU`) the same
+for every catalogue cell with a torch step (`torch_impl.cells`).
 
 Same constructor arguments, parameter names, shapes, order and initialisation as
 `nn.LSTM`/`nn.GRU` (so `load_state_dict` works both ways), same forward: a Tensor
@@ -54,6 +56,7 @@ class _RNNBase(nn.Module):
                           f"num_layers={num_layers}")
         self.spec = spec
         self.cell = cell
+        self._has_c = spec.cell_def.has_cell_state  # LSTM family: state (h, c); GRU family: h
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
         self.bidirectional, self.proj_size = bidirectional, proj_size
@@ -67,10 +70,20 @@ class _RNNBase(nn.Module):
 
     # ---- nn.RNNBase compatibility ------------------------------------------------------
     def reset_parameters(self) -> None:
-        """U(-1/sqrt(H), 1/sqrt(H)) for every parameter, in nn.LSTM's order (same RNG draws)."""
+        """U(-1/sqrt(H), 1/sqrt(H)) for every parameter, in nn.LSTM's order (same RNG draws).
+
+        A catalogue cell's extra parameters start as `shared.params.init_params` starts
+        them: LayerNorm gains ones and biases zeros, peepholes uniform like the weights.
+        """
         stdv = 1.0 / self.hidden_size ** 0.5
-        for weight in self.parameters():
-            nn.init.uniform_(weight, -stdv, stdv)
+        inits = {f"{e.prefix}_{self.spec.suffix(layer, d)}": e.init
+                 for e in self.spec.cell_def.extra_params for layer, d in self.spec.layers_and_directions()}
+        for name, weight in self.named_parameters():
+            init = inits.get(name, "uniform")
+            if init == "uniform":
+                nn.init.uniform_(weight, -stdv, stdv)
+            else:
+                nn.init.ones_(weight) if init == "ones" else nn.init.zeros_(weight)
 
     @property
     def _flat_weights(self) -> list[Tensor]:
@@ -84,8 +97,10 @@ class _RNNBase(nn.Module):
         return [w[k:k + n] for k in range(0, len(w), n)]
 
     def flatten_parameters(self) -> None:
-        """As `nn.LSTM.flatten_parameters`: pack the weights for cuDNN (no-op off CUDA)."""
-        nn.RNNBase.flatten_parameters(self)
+        """As `nn.LSTM.flatten_parameters`: pack the weights for cuDNN (no-op off CUDA and
+        for cells cuDNN does not have)."""
+        if self.cell in ("lstm", "gru"):
+            nn.RNNBase.flatten_parameters(self)
 
     @property
     def backend(self) -> str:
@@ -94,6 +109,9 @@ class _RNNBase(nn.Module):
     @backend.setter
     def backend(self, name: str) -> None:
         backends.check_backend_name(name)
+        reason = backends.unsupported_cell_reason(name, self.cell)
+        if reason is not None:
+            raise ValueError(reason)
         if self.proj_size and name not in backends.PROJ_BACKENDS:
             raise backends.ProjectionNotSupportedError(
                 f"backend {name!r} does not support proj_size; backends that do: "
@@ -141,7 +159,7 @@ class _RNNBase(nn.Module):
                                               enforce_sorted=False)
                 out_packed, hidden = self._forward_packed(packed, self._hx_tuple(hx))
                 output, _ = pad_packed_sequence(out_packed, batch_first=self.batch_first, total_length=T)
-                h_n, c_n = hidden if self.cell == "lstm" else (hidden, None)
+                h_n, c_n = hidden if self._has_c else (hidden, None)
         else:
             x = input.transpose(0, 1) if self.batch_first else input
             output, h_n, c_n = self._run_driver(x, hx, lengths)
@@ -151,7 +169,7 @@ class _RNNBase(nn.Module):
             output = output.squeeze(batch_dim)
             h_n = h_n.squeeze(1)
             c_n = None if c_n is None else c_n.squeeze(1)
-        return output, ((h_n, c_n) if self.cell == "lstm" else h_n)
+        return output, ((h_n, c_n) if self._has_c else h_n)
 
     def _forward_packed(self, packed: PackedSequence, hx):
         data, batch_sizes, sorted_indices, unsorted_indices = packed
@@ -175,20 +193,20 @@ class _RNNBase(nn.Module):
             h_n = h_n.index_select(1, unsorted_indices)
             c_n = None if c_n is None else c_n.index_select(1, unsorted_indices)
         output = PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices)
-        return output, ((h_n, c_n) if self.cell == "lstm" else h_n)
+        return output, ((h_n, c_n) if self._has_c else h_n)
 
     def _run_driver(self, x: Tensor, hx, lengths: Tensor | None):
         B = x.shape[1]
         h0, c0 = hx if hx is not None else self._zero_state(B, x)
-        weights = self._flat_weights
-        n = len(weights) // (self.num_layers * self.spec.num_directions)
+        extra_prefixes = [e.prefix for e in self.spec.cell_def.extra_params]
         params = []
-        for k in range(0, len(weights), n):
-            w = weights[k:k + n]
-            w_ih, w_hh = w[0], w[1]
-            b_ih, b_hh = (w[2], w[3]) if self.bias else (None, None)
-            w_hr = w[-1] if self.proj_size else None
-            params.append((w_ih, w_hh, b_ih, b_hh, w_hr))
+        for layer, direction in self.spec.layers_and_directions():
+            s = self.spec.suffix(layer, direction)
+            w = lambda name: getattr(self, f"{name}_{s}")  # noqa: E731
+            b_ih, b_hh = (w("bias_ih"), w("bias_hh")) if self.bias else (None, None)
+            w_hr = w("weight_hr") if self.proj_size else None
+            params.append((w("weight_ih"), w("weight_hh"), b_ih, b_hh, w_hr,
+                           {prefix: w(prefix) for prefix in extra_prefixes}))
         return driver.run(self.cell, backends.direction_function(self.backend), x, h0, c0, params,
                           num_layers=self.num_layers, bidirectional=self.bidirectional, lengths=lengths,
                           dropout=self.dropout, training=self.training)
@@ -217,7 +235,7 @@ class _RNNBase(nn.Module):
     def _zero_state(self, batch: int, like: Tensor):
         shapes = self.spec.state_shapes(batch)
         h0 = torch.zeros(shapes["h"], dtype=like.dtype, device=like.device)
-        c0 = torch.zeros(shapes["c"], dtype=like.dtype, device=like.device) if self.cell == "lstm" else None
+        c0 = torch.zeros(shapes["c"], dtype=like.dtype, device=like.device) if self._has_c else None
         return h0, c0
 
     def _check_backend(self, device: torch.device) -> None:
@@ -239,7 +257,7 @@ class _RNNBase(nn.Module):
     def _hx_tuple(self, hx):
         if hx is None:
             return None
-        return hx if self.cell == "lstm" else hx[0]
+        return hx if self._has_c else hx[0]
 
     def _unsqueeze_hx(self, hx):
         if hx is None:
@@ -250,16 +268,16 @@ class _RNNBase(nn.Module):
                 raise RNNInputError(f"{self.mode}: for unbatched 2-D input, {name} must be 2-D, "
                                     f"got {h.dim()}-D with shape {tuple(h.shape)}")
         unsqueezed = tuple(h.unsqueeze(1) for _, h in parts)
-        return unsqueezed if self.cell == "lstm" else unsqueezed[0]
+        return unsqueezed if self._has_c else unsqueezed[0]
 
     def _split_hx(self, hx) -> list[tuple[str, Tensor]]:
-        if self.cell == "lstm":
+        if self._has_c:
             if not isinstance(hx, (tuple, list)) or len(hx) != 2 or not all(isinstance(h, Tensor) for h in hx):
-                raise RNNInputError(f"LSTM: hx must be a tuple (h_0, c_0) of two Tensors, got {type(hx).__name__}"
+                raise RNNInputError(f"{self.mode}: hx must be a tuple (h_0, c_0) of two Tensors, got {type(hx).__name__}"
                                     + (f" of length {len(hx)}" if isinstance(hx, (tuple, list)) else ""))
             return [("h_0", hx[0]), ("c_0", hx[1])]
         if not isinstance(hx, Tensor):
-            raise RNNInputError(f"GRU: hx must be a Tensor h_0, got {type(hx).__name__}")
+            raise RNNInputError(f"{self.mode}: hx must be a Tensor h_0, got {type(hx).__name__}")
         return [("h_0", hx)]
 
     def _check_hx(self, hx, batch: int, x: Tensor, batched: bool):
@@ -327,4 +345,73 @@ class GRU(_RNNBase):
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  device=None, dtype=None, *, backend: str = "eager"):
         super().__init__("gru", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, 0, device, dtype, backend=backend)
+
+
+class RNN(_RNNBase):
+    """Any catalogue cell (`shared.cells`) with a torch step (`torch_impl.cells`), nn.LSTM-style.
+
+    `RNN("ln_lstm", input_size, hidden_size, num_layers=..., ...)`: the same constructor
+    as `nn.LSTM` (minus proj_size, which only `lstm` has), parameters named as
+    `RNNSpec(cell, ...).param_shapes()` (the canonical names plus the cell's extras
+    `<prefix>_l{k}[_reverse]`), the same forward.  Returns `(output, (h_n, c_n))` for an
+    LSTM-family cell, `(output, h_n)` for a GRU-family one.  Backends: `eager` (default)
+    and `compile`; `native` has no such cells (the error says so).
+    """
+
+    def __init__(self, cell: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 proj_size: int = 0, device=None, dtype=None, *, backend: str = "eager"):
+        super().__init__(cell, input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, proj_size, device, dtype, backend=backend)
+        self.mode = cell  # names the cell in error messages, as "LSTM"/"GRU" do
+
+
+class LayerNormLSTM(RNN):
+    """LayerNorm LSTM (Ba et al. 2016), cell `ln_lstm`; returns (output, (h_n, c_n)).
+
+    a = LN_ih(W_ih x + b_ih) + LN_hh(W_hh h + b_hh)   (each LN over the 4H pre-activations)
+    i, f, o = sigmoid(a_i, a_f, a_o), g = tanh(a_g)
+    c' = LN_c(f * c + i * g)  (the normalised c' is carried and returned as c_n)
+    h' = o * tanh(c')
+    LN(v) = (v - mean v) / sqrt(var v + 1e-5) * gain + bias; parameters
+    layernorm_{ih,hh}_{weight,bias}_l{k} (4H) and layernorm_c_{weight,bias}_l{k} (H).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 device=None, dtype=None, *, backend: str = "eager"):
+        super().__init__("ln_lstm", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, 0, device, dtype, backend=backend)
+
+
+class PeepholeLSTM(RNN):
+    """Peephole LSTM (Gers and Schmidhuber 2000), cell `peephole_lstm`; returns (output, (h_n, c_n)).
+
+    i = sigmoid(W_ii x + b_ii + W_hi h + b_hi + p_i * c),  f likewise with p_f,
+    g = tanh(W_ig x + b_ig + W_hg h + b_hg),  c' = f * c + i * g,
+    o = sigmoid(W_io x + b_io + W_ho h + b_ho + p_o * c'),  h' = o * tanh(c');
+    parameter peephole_l{k} (3H) = [p_i, p_f, p_o].
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 device=None, dtype=None, *, backend: str = "eager"):
+        super().__init__("peephole_lstm", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, 0, device, dtype, backend=backend)
+
+
+class ResetBeforeGRU(RNN):
+    """GRU with the reset gate applied before the recurrent matmul, cell `gru_reset_before`
+    (Cho et al. 2014; ONNX linear_before_reset=0; Keras reset_after=False).  Same parameters
+    as nn.GRU; returns (output, h_n).
+
+    r, z = sigmoid(W_i{r,z} x + b_i{r,z} + W_h{r,z} h + b_h{r,z})
+    n = tanh(W_in x + b_in + W_hn (r * h) + b_hn),  h' = (1 - z) * n + z * h
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 device=None, dtype=None, *, backend: str = "eager"):
+        super().__init__("gru_reset_before", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, 0, device, dtype, backend=backend)

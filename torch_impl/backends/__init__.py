@@ -21,8 +21,12 @@ _MODULES = {"naive": "torch_impl.backends.naive", "cell_loop": "torch_impl.backe
             "eager": "torch_impl.backends.eager", "jit": "torch_impl.backends.jit",
             "compile": "torch_impl.backends.compiled", "autograd": "torch_impl.autograd_fn"}
 
-__all__ = ["BACKENDS", "PROJ_BACKENDS", "ProjectionNotSupportedError", "check_backend_name",
-           "unavailable_reason", "available_backends", "direction_function"]
+# Backends that run any catalogue cell with a registered torch step (torch_impl.cells).
+CUSTOM_CELL_BACKENDS = ("eager", "compile")
+
+__all__ = ["BACKENDS", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "ProjectionNotSupportedError",
+           "check_backend_name", "unavailable_reason", "unsupported_cell_reason", "available_backends",
+           "direction_function"]
 
 
 def check_backend_name(name: str) -> str:
@@ -58,6 +62,23 @@ def _unavailable_reason(name: str, kind: str) -> str | None:
     if reason_fn is not None:
         return reason_fn(kind)
     return None
+
+
+def unsupported_cell_reason(name: str, cell: str) -> str | None:
+    """None when backend `name` implements `cell`, else the reason it does not."""
+    check_backend_name(name)
+    if cell in ("lstm", "gru"):
+        return None
+    from .. import cells
+    if not cells.has_torch_cell(cell):
+        return (f"cell {cell!r} has no torch step; add one with torch_impl.register_cell({cell!r}, step)")
+    if name in CUSTOM_CELL_BACKENDS:
+        return None
+    if name == "native":
+        return (f"backend 'native' runs PyTorch's fused kernels (cuDNN on CUDA, oneDNN/ATen on CPU), "
+                f"which have no {cell!r} cell; use one of {', '.join(CUSTOM_CELL_BACKENDS)}")
+    return (f"backend {name!r} implements only the lstm and gru cells; {cell!r} runs on "
+            f"{', '.join(CUSTOM_CELL_BACKENDS)}")
 
 
 def available_backends(device: str | torch.device = "cpu") -> tuple[str, ...]:

@@ -15,6 +15,10 @@ but one forward+backward took 41 s on the first call and 8.4 s per call after th
 about 4x this per-step compile measured on the same (loaded, shared) machine; under
 the eager and aot_eager backends it took 17-23 s per call.  So the compiled step ships.
 
+Catalogue cells (torch_impl.cells: ln_lstm, peephole_lstm, gru_reset_before, users'
+cells) compile their registered step the same way, the mask inside the compiled graph;
+their hoisted projection runs eagerly.
+
 Compiled steps are cached per (cell, dtype, device, batch, sizes, mask, bias) in this
 module, each under its own code object, so that TorchDynamo's per-code recompile limit
 (8 graphs) is never shared between configurations: a new configuration compiles once,
@@ -32,6 +36,7 @@ import torch
 from torch import Tensor
 
 from . import eager
+from .. import cells
 
 
 def unavailable_reason(device: str | torch.device = "cpu") -> str | None:
@@ -85,8 +90,35 @@ def compiled_step(cell: str, masked: bool, key: tuple) -> Callable:
     return fn
 
 
+def _custom_step_template(step: Callable) -> Callable:
+    """A fresh function (own code object, so its own Dynamo cache) running `step` with the mask."""
+    def template(x_t, state, p, m=None):
+        new = step(x_t, state, p)
+        if m is None:
+            return tuple(new), new[0]
+        return tuple(torch.where(m, n, o) for n, o in zip(new, state)), new[0] * m
+    code = template.__code__.replace(co_name=f"custom_step_{len(_cache)}")
+    return types.FunctionType(code, template.__globals__, code.co_name, template.__defaults__,
+                              template.__closure__)
+
+
+def custom_compiled_step(cell: str, key: tuple) -> Callable:
+    """The compiled step of a catalogue cell (torch_impl.cells) for this configuration."""
+    step = cells.get_torch_cell(cell).step
+    full_key = ("custom", cell, step) + key
+    fn = _cache.get(full_key)
+    if fn is None:
+        fn = _cache[full_key] = torch.compile(_custom_step_template(step), dynamic=False, fullgraph=True)
+    return fn
+
+
 def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
-                  b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None):
+                  b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None,
+                  extras: dict | None = None):
+    if cell not in ("lstm", "gru"):
+        key = (x.dtype, x.device, tuple(h0.shape), tuple(w_hh.shape), b_ih is not None, lengths is not None)
+        return cells.run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, extras,
+                                   step=custom_compiled_step(cell, key))
     masks = eager.valid_steps(lengths, x.shape[0])
     key = (x.dtype, x.device, tuple(h0.shape), tuple(w_hh.shape), w_hr is not None, b_ih is not None)
     step = compiled_step(cell, bool(masks), key)

@@ -19,6 +19,9 @@ GRU:   [x_r, x_z, x_n] = W_ih x_t + b_ih,  [h_r, h_z, h_n] = W_hh h + b_hh
        r, z = sigmoid(x_r + h_r), sigmoid(x_z + h_z)
        n = tanh(x_n + r * h_n),   h' = n + z * (h - n)  (= (1 - z) * n + z * h)
 
+Cells other than lstm and gru (the catalogue's ln_lstm, peephole_lstm, gru_reset_before
+and users' own) run their step from `torch_impl.cells` in the same kind of loop.
+
 The functions are written in the TorchScript subset so that `jit` scripts these very
 functions and `compile` compiles these very step functions.
 """
@@ -132,7 +135,11 @@ def gru_direction(x: Tensor, h0: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Optio
 
 
 def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
-                  b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None):
+                  b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None,
+                  extras: dict | None = None):
+    if cell not in ("lstm", "gru"):  # catalogue cells: their step from torch_impl.cells, same loop shape
+        from .. import cells
+        return cells.run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, extras)
     if cell == "lstm":
         return lstm_direction(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
     out, h_n = gru_direction(x, h0, w_ih, w_hh, b_ih, b_hh, lengths)
