@@ -149,3 +149,47 @@ def test_run_cell_reports_a_failure_with_the_worst_key(monkeypatch):
     monkeypatch.setattr(registry, "_load_adapter", lambda path, key: OffByALittle())
     cell = parity.run_cell(impl, case, "float64")
     assert cell.status == "fail" and cell.worst == "h_n" and cell.max_error == pytest.approx(1e-6, rel=1e-3)
+
+
+def _cli_impl():
+    return next((n for n in ("torch.eager", "torch.native") if n in AVAILABLE), None)
+
+
+def test_cli_writes_json_and_markdown_and_exits_zero_when_green(tmp_path, capsys):
+    import json
+
+    from shared.cli import main
+    impl = _cli_impl()
+    if impl is None:
+        pytest.skip("no torch implementation available here")
+    rc = main(["parity", "--impls", impl, "--cases", "lstm_default,gru_lengths_unsorted", "--out", str(tmp_path)])
+    assert rc == 0
+    report = json.loads((tmp_path / "parity.json").read_text())
+    assert report["ok"] and report["implementations"] == [impl]
+    assert {c["case"] for c in report["cells"]} == {"lstm_default", "gru_lengths_unsorted"}
+    assert all(c["status"] == "pass" for c in report["cells"]) and len(report["cells"]) == 4
+    md = (tmp_path / "parity.md").read_text()
+    assert impl in md and "variable lengths" in md
+    assert "all supported cells pass" in capsys.readouterr().out
+
+
+def test_cli_exits_nonzero_on_a_failure(tmp_path, monkeypatch):
+    from shared.cli import main
+    impl = _cli_impl()
+    if impl is None:
+        pytest.skip("no torch implementation available here")
+    real_adapter = registry.get(impl).adapter()
+
+    class Broken:
+        def __getattr__(self, name):
+            return getattr(real_adapter, name)
+
+        def run_case(self, *args, **kwargs):
+            result = dict(real_adapter.run_case(*args, **kwargs))
+            result["grad/x"] = result["grad/x"] * 1.01
+            return result
+
+    monkeypatch.setattr(registry, "_load_adapter", lambda path, key: Broken())
+    assert main(["parity", "--impls", impl, "--cases", "lstm_default", "--dtypes", "float64",
+                 "--out", str(tmp_path)]) == 1
+    assert "grad/x" in (tmp_path / "parity.md").read_text()
