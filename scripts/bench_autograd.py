@@ -6,9 +6,9 @@
 Variants, timed interleaved (one call of each per round, in a rotating order, so load
 from other processes hits them alike) and reported as medians and as ratios to `native` of the same round:
   native           nn.LSTM / nn.GRU (oneDNN RNN primitive for the float32 CPU LSTM)
-  autograd         torch_impl.autograd_fn.run_direction, GEMM policy "auto" (the default:
-                   per shape, the faster of oneDNN and BLAS, timed at the first call)
-  autograd-onednn  (--no-onednn) the same with policy "onednn": step GEMMs on oneDNN
+  autograd         torch_impl.autograd_fn.run_direction with the process's GEMM policy
+                   (RNNBENCH_GEMM: blas by default, onednn, auto)
+  autograd-onednn  (--no-onednn) policy "onednn": step GEMMs and dx on oneDNN
   autograd-mm      (--no-onednn) policy "blas": every GEMM on torch.mm/addmm (MKL)
 for forward without gradients ("fwd") and forward + backward w.r.t. x and all parameters
 ("fwd+bwd").  --profile prints where the autograd variant's time goes (GEMM vs the rest).
@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from torch_impl.autograd_fn import run_direction  # noqa: E402
-from torch_impl.onednn import onednn_unavailable_reason, tuned_choices, use_onednn  # noqa: E402
+from torch_impl.onednn import gemm_policy, onednn_unavailable_reason, tuned_choices, use_onednn  # noqa: E402
 
 GEMM_OPS = ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::addmm_", "mkldnn::_reorder_linear_weight")
 
@@ -140,7 +140,7 @@ def main(argv=None):
     modes = ("fwd", "fwd+bwd") if args.mode == "both" else (args.mode,)
     reason = onednn_unavailable_reason("cpu", torch.float32)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, T={args.T} B={args.B} "
-          f"I={args.I} H={args.H}, float32 CPU, oneDNN GEMM path: {reason or 'on'}; "
+          f"I={args.I} H={args.H}, float32 CPU, GEMM policy {gemm_policy()!r} (oneDNN: {reason or 'available'}); "
           f"{args.repeats} interleaved rounds after {args.warmup} warm-up, {args.clock} clock")
     for cell in cells:
         module, x = build(cell, args.T, args.B, args.I, args.H)
@@ -161,9 +161,10 @@ def main(argv=None):
                 print(f"{cell:4s} {mode:8s} {name:15s} median {med * 1e3:8.1f} ms  "
                       f"ratio to native {statistics.median(ratios[name]):5.2f}  ({rate:5.0f} GFLOP/s)")
         choices = {k: v for k, v in tuned_choices().items() if k[0] == args.B}
-        print(f"{cell}: GEMM policy 'auto' chose " + ", ".join(
-            f"{k[0]}x{k[1]}x{k[2]}{' +add' if k[6] else ''}{' +bias' if k[5] else ''}: {v}"
-            for k, v in choices.items()))
+        if choices:
+            print(f"{cell}: GEMM policy 'auto' chose " + ", ".join(
+                f"{k[0]}x{k[1]}x{k[2]}{' +add' if k[6] else ''}{' +bias' if k[5] else ''}: {v}"
+                for k, v in choices.items()))
         if args.profile:
             for mode in modes:
                 profile(cell, variants[mode]["autograd"], zero_grad, f"autograd {mode}")

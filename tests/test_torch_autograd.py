@@ -289,3 +289,16 @@ def test_cuda_matches_native(cell, proj, bias):
     for e, r in zip(expected, got):
         if e is not None:
             torch.testing.assert_close(r, e, atol=1e-10, rtol=0)
+
+
+def test_gemm_policy_from_environment(monkeypatch):
+    from torch_impl.onednn import gemm_policy
+    monkeypatch.delenv("RNNBENCH_GEMM", raising=False)
+    assert gemm_policy() == "blas"  # the measured winner under load; see torch_impl/onednn.py
+    monkeypatch.setenv("RNNBENCH_GEMM", "onednn")
+    assert gemm_policy() == "onednn"
+    with use_gemm_policy("auto"):
+        assert gemm_policy() == "auto"
+    monkeypatch.setenv("RNNBENCH_GEMM", "fastest")
+    with pytest.raises(ValueError, match="RNNBENCH_GEMM must be one of"):
+        gemm_policy()

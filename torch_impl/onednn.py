@@ -15,10 +15,16 @@ otherwise (float64, CUDA (cuBLAS), a torch without the ops).  Nothing here recor
 autograd history: it is meant for the inside of custom `autograd.Function`s.
 
 Which library runs is a policy (`use_gemm_policy`, or the environment variable
-RNNBENCH_GEMM for the process): "auto" (the default) times both on the first call of
-each shape and keeps the faster for the rest of the process, because on this shared
-2-core machine the winner depends on the load; "onednn" or "blas" force one.
-`use_onednn(False)` is policy "blas", so the study can show what the GEMM library buys.
+RNNBENCH_GEMM for the process): "blas" (the default), "onednn", or "auto" (time both on
+the first call of each shape, keep the faster for the rest of the process).  The default
+is BLAS because that is what won, measured end to end at S1 on the shared 2-core
+development machine while other processes loaded it (about 2-6 runnable processes per
+core): LSTM forward+backward 0.76-1.26x native with BLAS against 1.15-1.89x with oneDNN
+in 9 of 10 interleaved runs, GRU in every run.  oneDNN's step GEMM splits 0.13 GFLOP over
+both threads, and every step waits for the slower thread; MKL runs that shape on one
+thread.  On an idle machine DESIGN.md section 6 measured oneDNN 2.5x faster on the step
+shape, so there `RNNBENCH_GEMM=onednn` (or "auto") should win: measure before choosing.
+`use_onednn(True/False)` sets policy "onednn"/"blas" in a `with` block.
 """
 
 from __future__ import annotations
@@ -50,15 +56,15 @@ _OPS_PRESENT = _ops_present()
 
 
 def _default_policy() -> str:
-    policy = os.environ.get(_ENV, "auto").strip().lower() or "auto"
+    policy = os.environ.get(_ENV, "blas").strip().lower() or "blas"
     if policy not in POLICIES:
         raise ValueError(f"{_ENV} must be one of {POLICIES}, got {policy!r}")
     return policy
 
 
 def gemm_policy() -> str:
-    """The GEMM path policy in this thread: "auto" (time both once per shape, keep the
-    faster), "onednn" (whenever it can run) or "blas"."""
+    """The GEMM path policy in this thread: "blas" (default), "onednn" (whenever it can
+    run) or "auto" (time both once per shape, keep the faster)."""
     return getattr(_state, "policy", None) or _default_policy()
 
 
@@ -115,12 +121,10 @@ class Gemm:
     """`y = x @ weight^T (+ bias) (+ add)` for a fixed `weight` (N, K), prepared once.
 
     Which library runs it follows `gemm_policy()` at construction.  Under "auto" the first
-    call of each shape times both libraries on the real operands (a few interleaved calls
-    each) and every later call of that shape in the process uses the faster: on this
-    shared 2-core machine the winner changes with the load (oneDNN's threaded step GEMM
-    is about 2.5x faster than MKL on an idle machine, DESIGN.md section 6, but measured
-    1.5x slower than MKL's single-threaded one while other processes compete for the
-    cores).  `batch_size` is the expected number of rows of `x`, for oneDNN's weight
+    call of each shape times both libraries on the real operands (interleaved samples)
+    and every later call of that shape in the process uses the faster.  (Caveat,
+    measured: timed in isolation oneDNN can win a shape that loses inside the RNN loop
+    under load, so "auto" is not the default.)  `batch_size` is the expected number of rows of `x`, for oneDNN's weight
     layout (any row count still works).  Calls never record autograd history.
     """
 
