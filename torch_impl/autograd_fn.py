@@ -14,8 +14,11 @@ record every step (the `eager` rung):
 - the weight gradients `dW_ih = dG^T X`, `dW_hh = dG^T H_prev`, the bias gradients
   `sum dG` and the input gradient `dX = dG W_ih` are each ONE GEMM or reduction over
   all T*B rows, not T small ones;
-- the GEMMs go through `torch_impl.onednn.Gemm`: oneDNN with prepacked weights on the
-  CPU in float32 (the library `nn.LSTM` uses), BLAS otherwise (float64, CUDA).
+- the step GEMMs go through `torch_impl.onednn.Gemm`: BLAS (MKL on the CPU, cuBLAS on
+  CUDA) by default, or oneDNN with prepacked weights (the library `nn.LSTM` uses on the
+  CPU; float32 only) with RNNBENCH_GEMM=onednn -- see that module for the measurements
+  behind the default.  The input projection is a BLAS GEMM into a preallocated buffer;
+  internal scratch buffers are reused across calls (no page faults after the first).
 
 Math (PyTorch's, DESIGN.md section 3), gates stacked in the order of the weight rows:
 
