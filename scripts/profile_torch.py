@@ -1,6 +1,8 @@
 """Where the time goes in each torch_impl backend at S1, and how far each is from native.
 
     python scripts/profile_torch.py time      [--cell lstm] [--rounds 7] [--backends ...]
+    python scripts/profile_torch.py time --cell ln_lstm --threads 1 --clock process
+        (a catalogue cell: its backends, and the plain cell of its family on eager and native)
     python scripts/profile_torch.py profile   [--cell lstm] [--backends ...]
     python scripts/profile_torch.py compile-time [--cell lstm] [--seq-lens 100 1000]
 
@@ -38,18 +40,30 @@ def build(cell, backend, seq_len, batch, input_size, hidden_size, dtype="float32
     return get_adapter(backend).make_workload(spec, seq_len=seq_len, batch=batch, dtype=dtype)
 
 
+def _time_entries(args) -> list[tuple[str, str, str]]:
+    """(label, cell, backend) to time.  For a catalogue cell beyond lstm/gru: its backends plus
+    the plain cell of its family on `native` (the ratio's denominator) and `eager` (what the
+    custom cell costs over the plain one, same loop)."""
+    if args.cell in ("lstm", "gru"):
+        return [(b, args.cell, b) for b in args.backends]
+    from shared.cells import get_cell
+    plain = get_cell(args.cell).family
+    entries = [(f"{args.cell} {b}", args.cell, b) for b in args.backends if b != "native"]
+    return entries + [(f"{plain} eager", plain, "eager"), ("native", plain, "native")]
+
+
 def cmd_time(args) -> None:
     import torch
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "process" else time.perf_counter
     works, first = {}, {}
-    for b in args.backends:
-        works[b] = build(args.cell, b, **S1)
+    for label, cell, b in _time_entries(args):
+        works[label] = build(cell, b, **S1)
         t0 = clock()
-        works[b].train_step()
-        first[b] = clock() - t0
-        works[b].train_step()
-        works[b].forward()
+        works[label].train_step()
+        first[label] = clock() - t0
+        works[label].train_step()
+        works[label].forward()
     train = {b: [] for b in works}
     fwd = {b: [] for b in works}
     for _ in range(args.rounds):
@@ -61,15 +75,21 @@ def cmd_time(args) -> None:
             w.forward()
             fwd[b].append(clock() - t0)
 
-    def ratio(times, b):
-        return statistics.median(t / n for t, n in zip(times[b], times["native"]))
+    def ratio(times, b, base="native"):
+        return statistics.median(t / n for t, n in zip(times[b], times[base]))
 
+    custom = args.cell not in ("lstm", "gru")
     print(f"S1 {args.cell} float32, {args.threads} threads, {args.clock} clock, {args.rounds} interleaved rounds, torch "
-          f"{torch.__version__}; ratio = median over rounds of time / native time in the same round")
-    print(f"| backend | fwd+bwd ms (median) | fwd+bwd / native | forward ms | forward / native | first call s |")
-    print("|---|---|---|---|---|---|")
+          f"{torch.__version__}; ratio = median over rounds of time / native time in the same round"
+          + ("; native = the plain cell of the family (nn.LSTM / nn.GRU)" if custom else ""))
+    extra = " fwd+bwd / plain eager |" if custom else ""
+    print(f"| backend | fwd+bwd ms (median) | fwd+bwd / native |{extra} forward ms | forward / native | first call s |")
+    print("|---|---|---|---|---|---|" + ("---|" if custom else ""))
+    plain_eager = next((label for label in works if label.endswith(" eager") and not label.startswith(args.cell)),
+                       None)
     for b in works:
-        print(f"| {b} | {statistics.median(train[b]) * 1e3:.1f} | {ratio(train, b):.2f} | "
+        vs_plain = f" {ratio(train, b, plain_eager):.2f} |" if custom else ""
+        print(f"| {b} | {statistics.median(train[b]) * 1e3:.1f} | {ratio(train, b):.2f} |{vs_plain} "
               f"{statistics.median(fwd[b]) * 1e3:.1f} | {ratio(fwd, b):.2f} | {first[b]:.1f} |")
 
 
@@ -142,7 +162,8 @@ def cmd_compile_time(args) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["time", "profile", "compile-time"])
-    parser.add_argument("--cell", default="lstm", choices=["lstm", "gru"])
+    parser.add_argument("--cell", default="lstm",
+                        choices=["lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--clock", choices=["wall", "process"], default="wall",
@@ -153,7 +174,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.backends is None:
         import torch_impl
-        args.backends = [b for b in torch_impl.available_backends("cpu")]
+        args.backends = [b for b in torch_impl.available_backends("cpu")
+                         if torch_impl.unsupported_cell_reason(b, args.cell) is None]
     if args.command == "time" and "native" not in args.backends:
         args.backends.append("native")
     {"time": cmd_time, "profile": cmd_profile, "compile-time": cmd_compile_time}[args.command](args)

@@ -1,0 +1,227 @@
+"""torch_impl's catalogue cells (ln_lstm, peephole_lstm, gru_reset_before) vs the NumPy reference.
+
+Every backend that runs custom cells (`torch_impl.CUSTOM_CELL_BACKENDS`, plus any other
+whose `unsupported_cell_reason` is None) against `shared.reference` in float64 (1e-9,
+forward and every gradient) on random configurations covering layers, bidirectional,
+batch_first, bias=False, unsorted lengths and initial states, with the extra parameters
+moved away from their init; float32 (2e-5) on the shared vectors.  `compile` runs one
+configuration per cell (each costs a compile).  Then the module API: names, init,
+load_state_dict, PackedSequence, batch_first, unbatched input, and the errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+import torch_impl
+from shared import reference
+from shared.cells import CELL_DEFS, CUSTOM_CELLS, CellDef, register_cell
+from shared.params import init_params
+from shared.spec import RNNSpec
+from shared.tolerances import assert_close
+from shared.vectors import load_case
+from test_reference import make_case
+from torch_impl.adapter import build_module, get_adapter
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models; idle intra-op threads only stall the shared CPU
+    yield
+    torch.set_num_threads(threads)
+
+
+def _cell_backends():
+    for backend in torch_impl.BACKENDS:
+        if any(torch_impl.unsupported_cell_reason(backend, c) for c in CUSTOM_CELLS):
+            continue
+        reason = torch_impl.unavailable_reason(backend, "cpu")
+        marks = [pytest.mark.skip(reason=f"{backend} unavailable here: {reason}")] if reason else []
+        yield pytest.param(backend, id=backend, marks=marks)
+
+
+CELL_BACKENDS = list(_cell_backends())
+
+# (spec kwargs, T, B, lengths, initial state)
+CONFIGS = [
+    (dict(input_size=3, hidden_size=4), 5, 3, None, False),
+    (dict(input_size=4, hidden_size=3, bias=False), 4, 2, None, True),
+    (dict(input_size=3, hidden_size=4, num_layers=2, bidirectional=True, batch_first=True), 5, 4, [3, 5, 1, 4], True),
+]
+# compile: the one configuration that carries every option (a compile per configuration)
+COMPILE_CONFIGS = [CONFIGS[2]]
+
+
+def _config_id(c):
+    kw, T, B, lengths, init = c
+    opts = [k for k in ("bias", "num_layers", "bidirectional", "batch_first") if k in kw]
+    return "-".join(opts + (["lengths"] if lengths else []) + (["h0"] if init else [])) or "default"
+
+
+def _cases():
+    for backend in CELL_BACKENDS:
+        configs = COMPILE_CONFIGS if backend.values[0] == "compile" else CONFIGS
+        for cell in CUSTOM_CELLS:
+            for config in configs:
+                yield pytest.param(backend.values[0], cell, config, marks=backend.marks,
+                                   id=f"{backend.values[0]}-{cell}-{_config_id(config)}")
+
+
+@pytest.mark.parametrize("backend,cell,config", list(_cases()))
+def test_float64_forward_and_gradients_match_the_reference(backend, cell, config):
+    kwargs, T, B, lengths, init = config
+    spec = RNNSpec(cell, **kwargs)
+    inputs, cot = make_case(spec, T, B, seed=7, initial_state=init, lengths=lengths)
+    want = reference.run_case(spec, **inputs, cotangents=cot)
+    got = get_adapter(backend).run_case(spec, **inputs, cotangents=cot, dtype="float64")
+    assert sorted(got) == sorted(want)
+    assert_close(want, got, "float64", context=f"torch.{backend} {cell}")
+
+
+@pytest.mark.parametrize("cell", CUSTOM_CELLS)
+@pytest.mark.parametrize("backend", [p for p in CELL_BACKENDS if p.values[0] != "compile"])
+def test_float32_matches_the_shared_vector(backend, cell):
+    case = load_case(f"{cell}_bidirectional_layers2_lengths_initial_state")
+    got = get_adapter(backend).run_case(case.spec, case.params, case.x, case.h0, case.c0, case.lengths,
+                                        case.cotangents, dtype="float32")
+    assert_close({**case.expected, **case.grads}, got, "float32", context=f"torch.{backend} {case.name}")
+
+
+# ---- the module API ----------------------------------------------------------------------------
+
+MODULES = {"ln_lstm": torch_impl.LayerNormLSTM, "peephole_lstm": torch_impl.PeepholeLSTM,
+           "gru_reset_before": torch_impl.ResetBeforeGRU}
+
+
+@pytest.mark.parametrize("cell", CUSTOM_CELLS)
+def test_parameter_names_and_init_follow_the_catalogue(cell):
+    torch.manual_seed(0)
+    module = MODULES[cell](3, 5, num_layers=2, bidirectional=True)
+    spec = RNNSpec(cell, 3, 5, num_layers=2, bidirectional=True)
+    assert module.cell == cell and isinstance(module, torch_impl.RNN)
+    assert {k: tuple(v.shape) for k, v in module.state_dict().items()} == spec.param_shapes()
+    assert list(module.state_dict()) == spec.param_names()
+    bound = 1 / 5 ** 0.5
+    inits = {f"{e.prefix}_{spec.suffix(l, d)}": e.init for e in spec.cell_def.extra_params
+             for l, d in spec.layers_and_directions()}
+    for name, value in module.state_dict().items():
+        init = inits.get(name, "uniform")
+        if init == "ones":
+            assert torch.equal(value, torch.ones_like(value)), name
+        elif init == "zeros":
+            assert torch.equal(value, torch.zeros_like(value)), name
+        else:
+            assert value.abs().max() <= bound and value.std() > 0.2 * bound, name
+
+
+def test_generic_rnn_equals_the_named_module():
+    a = torch_impl.RNN("peephole_lstm", 3, 4, batch_first=True)
+    b = torch_impl.PeepholeLSTM(3, 4, batch_first=True)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 5, 3)
+    (out_a, (h_a, c_a)), (out_b, (h_b, c_b)) = a(x), b(x)
+    assert torch.equal(out_a, out_b) and torch.equal(h_a, h_b) and torch.equal(c_a, c_b)
+
+
+@pytest.mark.parametrize("cell", CUSTOM_CELLS)
+def test_packed_sequence_lengths_batch_first_and_unbatched_agree(cell):
+    """PackedSequence (unsorted), padded + lengths=, per-sequence unbatched runs: one answer."""
+    torch.manual_seed(1)
+    module = MODULES[cell](3, 4, num_layers=2, bidirectional=True, batch_first=True, dtype=torch.float64)
+    lengths = torch.tensor([2, 5, 3])
+    x = torch.randn(3, 5, 3, dtype=torch.float64)
+    packed_out, packed_hidden = module(pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False))
+    padded, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=5)
+    out, hidden = module(x, lengths=lengths)
+    torch.testing.assert_close(out, padded, rtol=0, atol=1e-12)
+    h_n = hidden[0] if isinstance(hidden, tuple) else hidden
+    h_packed = packed_hidden[0] if isinstance(packed_hidden, tuple) else packed_hidden
+    torch.testing.assert_close(h_n, h_packed, rtol=0, atol=1e-12)
+    for b in range(3):
+        single, single_hidden = module(x[b, :lengths[b]])  # unbatched 2-D (T, I) with batch_first
+        torch.testing.assert_close(single, out[b, :lengths[b]], rtol=0, atol=1e-12)
+        single_h = single_hidden[0] if isinstance(single_hidden, tuple) else single_hidden
+        torch.testing.assert_close(single_h, h_n[:, b], rtol=0, atol=1e-12)
+    assert torch.all(out[0, 2:] == 0)
+
+
+def test_load_state_dict_round_trip_with_canonical_params():
+    spec = RNNSpec("ln_lstm", 3, 4, num_layers=2)
+    params = init_params(spec, 3)
+    module = build_module(spec, "eager", params, dtype="float64")
+    for name, value in params.items():
+        assert np.array_equal(getattr(module, name).detach().numpy(), value), name
+    fresh = torch_impl.LayerNormLSTM(3, 4, num_layers=2, dtype=torch.float64)
+    fresh.load_state_dict(module.state_dict())
+    x = torch.randn(4, 2, 3, dtype=torch.float64)
+    torch.testing.assert_close(fresh(x)[0], module(x)[0], rtol=0, atol=0)
+
+
+def test_a_missing_layernorm_parameter_is_named():
+    spec = RNNSpec("ln_lstm", 3, 4)
+    params = init_params(spec)
+    del params["layernorm_c_weight_l0"]
+    with pytest.raises(ValueError, match="layernorm_c_weight_l0"):
+        build_module(spec, "eager", params)
+    state = torch_impl.LayerNormLSTM(3, 4).state_dict()
+    del state["layernorm_hh_bias_l0"]
+    with pytest.raises(RuntimeError, match="layernorm_hh_bias_l0"):
+        torch_impl.LayerNormLSTM(3, 4).load_state_dict(state)
+
+
+@pytest.mark.parametrize("backend", ["native", "naive", "cell_loop", "jit"])
+def test_backends_without_custom_cells_say_why(backend):
+    with pytest.raises(ValueError, match="ln_lstm") as info:
+        torch_impl.LayerNormLSTM(3, 4, backend=backend)
+    if backend == "native":
+        assert "cuDNN" in str(info.value) and "eager" in str(info.value)
+    module = torch_impl.PeepholeLSTM(3, 4)
+    with pytest.raises(ValueError, match="peephole_lstm"):
+        module.backend = backend
+    reason = get_adapter(backend).unsupported_reason(RNNSpec("gru_reset_before", 3, 4))
+    assert reason and "gru_reset_before" in reason
+
+
+def test_bad_inputs_are_named():
+    module = torch_impl.LayerNormLSTM(3, 4)
+    with pytest.raises(torch_impl.RNNInputError, match="input has 5 features"):
+        module(torch.randn(2, 1, 5))
+    with pytest.raises(torch_impl.RNNInputError, match=r"ln_lstm: hx must be a tuple \(h_0, c_0\)"):
+        module(torch.randn(2, 1, 3), torch.zeros(1, 1, 4))
+    with pytest.raises(torch_impl.RNNInputError, match="c_0 has shape"):
+        module(torch.randn(2, 1, 3), (torch.zeros(1, 1, 4), torch.zeros(1, 1, 5)))
+    with pytest.raises(torch_impl.RNNInputError, match="ResetBeforeGRU|gru_reset_before"):
+        torch_impl.ResetBeforeGRU(3, 4)(torch.randn(2, 1, 3), (torch.zeros(1, 1, 4), torch.zeros(1, 1, 4)))
+    with pytest.raises(ValueError, match="proj_size"):
+        torch_impl.RNN("ln_lstm", 3, 4, proj_size=2)
+
+
+def test_a_cell_without_a_torch_step_says_how_to_add_one():
+    lonely = CellDef("lonely_cell", "gru", ("r", "z", "n"), "no torch step", "h' = h")
+    had = lonely.name in CELL_DEFS
+    register_cell(lonely)
+    try:
+        with pytest.raises(ValueError, match=r"torch_impl.register_cell\('lonely_cell', step\)"):
+            torch_impl.RNN("lonely_cell", 3, 4)
+    finally:
+        if not had:
+            CELL_DEFS.pop(lonely.name, None)
+    with pytest.raises(ValueError, match="cell must be one of"):
+        torch_impl.register_cell("not_in_catalogue", lambda x, s, p: s)
+    with pytest.raises(ValueError, match="a different torch step"):
+        torch_impl.register_cell("ln_lstm", lambda x, s, p: s)
+
+
+def test_training_mode_dropout_between_layers_only():
+    torch.manual_seed(2)
+    module = torch_impl.LayerNormLSTM(3, 4, num_layers=2, dropout=0.5, dtype=torch.float64)
+    x = torch.randn(4, 2, 3, dtype=torch.float64)
+    module.eval()
+    a, b = module(x)[0], module(x)[0]
+    assert torch.equal(a, b)
+    module.train()
+    assert not torch.equal(module(x)[0], a)  # dropout on layer 0's output changes layer 1's input
