@@ -7,7 +7,11 @@ complex-step method gives exact float64 gradients (no hand-written backward).  T
 check those gradients against central finite differences and against a torch autograd
 version of the cell (float64, 1e-12), over every option.
 
-The torch and JAX steps of this example are added beside these by torch_impl/jax_impl.
+The torch side (section "torch_impl" at the end) is one more function, the step on the
+hoisted input projection, registered with `torch_impl.register_cell`; then
+`torch_impl.RNN("mgu", ...)`, the `eager` and `compile` rungs and the torch adapter (so
+the parity matrix and benchmarks) run it with every option.  The JAX step is added
+beside these by jax_impl.
 """
 
 from __future__ import annotations
@@ -189,3 +193,73 @@ def test_matches_torch_autograd(config):
     assert sorted(got) == sorted(want)
     for key in want:
         np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-12, err_msg=key)
+
+
+# ---- torch_impl: what the user writes for PyTorch ----------------------------------------------
+
+def torch_impl_mgu_step(x_proj_t, state, p):
+    """One MGU step for torch_impl: x_proj_t = W_ih x + b_ih (B, 2H), hoisted by the driver for
+    all steps at once (the default `project`); p holds weight_hh, bias_hh (None without bias).
+
+        f  = sigmoid(x_f + h W_hf^T + b_hf)
+        n  = tanh(x_n + (f * h) W_hn^T + b_hn)
+        h' = (1 - f) * h + f * n  (= h + f * (n - h))
+    """
+    import torch_impl.cells as tc
+
+    (h,) = state
+    H = h.shape[1]
+    x_f, x_n = x_proj_t.split([H, H], 1)
+    w_hf, w_hn = p["weight_hh"].split([H, H])
+    b_hf, b_hn = (None, None) if p["bias_hh"] is None else p["bias_hh"].split([H, H])
+    f = torch.sigmoid(x_f + tc.linear(h, w_hf, b_hf))
+    n = torch.tanh(x_n + tc.linear(f * h, w_hn, b_hn))
+    return (h + f * (n - h),)
+
+
+@pytest.fixture(scope="module")
+def mgu_in_torch(mgu_registered):
+    import torch_impl
+    import torch_impl.cells as tc
+
+    had = "mgu" in tc.TORCH_CELLS
+    torch_impl.register_cell("mgu", torch_impl_mgu_step)
+    yield torch_impl
+    if not had:
+        tc.TORCH_CELLS.pop("mgu", None)
+
+
+def _torch_cases():
+    for kwargs, T, B, lengths, init in TORCH_CONFIGS:
+        yield pytest.param("eager", kwargs, T, B, lengths, init,
+                           id=f"eager-{_kw_id(kwargs)}-len{int(lengths is not None)}-h0{int(init)}")
+    kwargs, T, B, lengths, init = TORCH_CONFIGS[3]  # compile: one config (bidirectional, lengths, h0)
+    yield pytest.param("compile", kwargs, T, B, lengths, init, id="compile-bidirectional-lengths-h0")
+
+
+@pytest.mark.parametrize("backend,kwargs,T,B,lengths,init", list(_torch_cases()))
+def test_torch_impl_runs_the_user_cell_like_the_reference(mgu_in_torch, backend, kwargs, T, B, lengths, init):
+    """Through the torch adapter (what the parity matrix and benchmarks use): float64, 1e-9."""
+    from test_reference import make_case
+
+    from shared.tolerances import assert_close
+    from torch_impl.adapter import get_adapter
+
+    spec = RNNSpec("mgu", **kwargs)
+    inputs, cot = make_case(spec, T, B, seed=5, initial_state=init, lengths=lengths)
+    want = reference.run_case(spec, **inputs, cotangents=cot)
+    adapter = get_adapter(backend)
+    assert adapter.unsupported_reason(spec) is None
+    got = adapter.run_case(spec, **inputs, cotangents=cot, dtype="float64")
+    assert sorted(got) == sorted(want)
+    assert_close(want, got, "float64", context=f"torch.{backend} mgu")
+
+
+def test_torch_module_of_the_user_cell(mgu_in_torch):
+    torch_impl = mgu_in_torch
+    rnn = torch_impl.RNN("mgu", 3, 4, num_layers=2, bidirectional=True, batch_first=True)
+    assert list(rnn.state_dict()) == RNNSpec("mgu", 3, 4, num_layers=2, bidirectional=True).param_names()
+    out, h_n = rnn(torch.randn(2, 5, 3))
+    assert out.shape == (2, 5, 8) and h_n.shape == (4, 2, 4)
+    with pytest.raises(ValueError, match="cuDNN"):
+        rnn.backend = "native"
