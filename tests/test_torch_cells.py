@@ -1,7 +1,7 @@
 """torch_impl's catalogue cells (ln_lstm, peephole_lstm, gru_reset_before) vs the NumPy reference.
 
-Every backend that runs custom cells (`torch_impl.CUSTOM_CELL_BACKENDS`, plus any other
-whose `unsupported_cell_reason` is None) against `shared.reference` in float64 (1e-9,
+Every backend that runs a custom cell (`torch_impl.CUSTOM_CELL_BACKENDS`: eager and
+compile for all; `autograd` where `unsupported_cell_reason` is None: peephole_lstm) against `shared.reference` in float64 (1e-9,
 forward and every gradient) on random configurations covering layers, bidirectional,
 batch_first, bias=False, unsorted lengths and initial states, with the extra parameters
 moved away from their init; float32 (2e-5) on the shared vectors.  `compile` runs one
@@ -36,12 +36,13 @@ def _one_torch_thread():
 
 
 def _cell_backends():
+    """(backend, cell) for every backend that implements the cell (skipped if unavailable here)."""
     for backend in torch_impl.BACKENDS:
-        if any(torch_impl.unsupported_cell_reason(backend, c) for c in CUSTOM_CELLS):
-            continue
         reason = torch_impl.unavailable_reason(backend, "cpu")
         marks = [pytest.mark.skip(reason=f"{backend} unavailable here: {reason}")] if reason else []
-        yield pytest.param(backend, id=backend, marks=marks)
+        for cell in CUSTOM_CELLS:
+            if torch_impl.unsupported_cell_reason(backend, cell) is None:
+                yield pytest.param(backend, cell, id=f"{backend}-{cell}", marks=marks)
 
 
 CELL_BACKENDS = list(_cell_backends())
@@ -63,12 +64,10 @@ def _config_id(c):
 
 
 def _cases():
-    for backend in CELL_BACKENDS:
-        configs = COMPILE_CONFIGS if backend.values[0] == "compile" else CONFIGS
-        for cell in CUSTOM_CELLS:
-            for config in configs:
-                yield pytest.param(backend.values[0], cell, config, marks=backend.marks,
-                                   id=f"{backend.values[0]}-{cell}-{_config_id(config)}")
+    for param in CELL_BACKENDS:
+        backend, cell = param.values
+        for config in COMPILE_CONFIGS if backend == "compile" else CONFIGS:
+            yield pytest.param(backend, cell, config, marks=param.marks, id=f"{param.id}-{_config_id(config)}")
 
 
 @pytest.mark.parametrize("backend,cell,config", list(_cases()))
@@ -82,8 +81,7 @@ def test_float64_forward_and_gradients_match_the_reference(backend, cell, config
     assert_close(want, got, "float64", context=f"torch.{backend} {cell}")
 
 
-@pytest.mark.parametrize("cell", CUSTOM_CELLS)
-@pytest.mark.parametrize("backend", [p for p in CELL_BACKENDS if p.values[0] != "compile"])
+@pytest.mark.parametrize("backend,cell", [p for p in CELL_BACKENDS if p.values[0] != "compile"])
 def test_float32_matches_the_shared_vector(backend, cell):
     case = load_case(f"{cell}_bidirectional_layers2_lengths_initial_state")
     got = get_adapter(backend).run_case(case.spec, case.params, case.x, case.h0, case.c0, case.lengths,
@@ -171,6 +169,28 @@ def test_a_missing_layernorm_parameter_is_named():
     del state["layernorm_hh_bias_l0"]
     with pytest.raises(RuntimeError, match="layernorm_hh_bias_l0"):
         torch_impl.LayerNormLSTM(3, 4).load_state_dict(state)
+
+
+def test_cell_support_table():
+    """eager and compile run every catalogue cell; autograd at least peephole_lstm; native none."""
+    for cell in CUSTOM_CELLS:
+        for backend in torch_impl.CUSTOM_CELL_BACKENDS:
+            assert torch_impl.unsupported_cell_reason(backend, cell) is None
+        assert "cuDNN" in torch_impl.unsupported_cell_reason("native", cell)
+    assert torch_impl.unsupported_cell_reason("autograd", "peephole_lstm") is None
+    for backend in ("lstm", "gru"):
+        assert all(torch_impl.unsupported_cell_reason(b, backend) is None for b in torch_impl.BACKENDS)
+
+
+def test_autograd_no_grad_forward_equals_the_training_forward():
+    module = torch_impl.PeepholeLSTM(3, 4, num_layers=2, bidirectional=True, backend="autograd",
+                                     dtype=torch.float64)
+    x, lengths = torch.randn(5, 3, 3, dtype=torch.float64), torch.tensor([5, 2, 4])
+    out, (h_n, c_n) = module(x, lengths=lengths)
+    with torch.no_grad():
+        out2, (h2, c2) = module(x, lengths=lengths)
+    assert out.requires_grad and not out2.requires_grad
+    assert torch.equal(out.detach(), out2) and torch.equal(h_n.detach(), h2) and torch.equal(c_n.detach(), c2)
 
 
 @pytest.mark.parametrize("backend", ["native", "naive", "cell_loop", "jit"])

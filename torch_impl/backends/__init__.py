@@ -74,6 +74,12 @@ def unsupported_cell_reason(name: str, cell: str) -> str | None:
         return (f"cell {cell!r} has no torch step; add one with torch_impl.register_cell({cell!r}, step)")
     if name in CUSTOM_CELL_BACKENDS:
         return None
+    if name == "autograd":
+        from .. import autograd_cells
+        if cell in autograd_cells.CELLS:
+            return None
+        return (f"backend 'autograd' (hand-written BPTT) implements lstm, gru and "
+                f"{', '.join(autograd_cells.CELLS)}, not {cell!r}; it runs on {', '.join(CUSTOM_CELL_BACKENDS)}")
     if name == "native":
         return (f"backend 'native' runs PyTorch's fused kernels (cuDNN on CUDA, oneDNN/ATen on CPU), "
                 f"which have no {cell!r} cell; use one of {', '.join(CUSTOM_CELL_BACKENDS)}")
@@ -91,4 +97,6 @@ def direction_function(name: str) -> Callable:
     check_backend_name(name)
     if name == "native":
         raise ValueError("the native backend runs nn.LSTM/nn.GRU as a whole, it has no direction function")
+    if name == "autograd":  # dispatches lstm/gru to autograd_fn and its own catalogue cells
+        return importlib.import_module("torch_impl.autograd_cells").run_direction
     return importlib.import_module(_MODULES[name]).run_direction

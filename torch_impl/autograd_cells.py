@@ -1,0 +1,165 @@
+"""The `autograd` rung for catalogue cells: hand-written BPTT in one `autograd.Function`.
+
+Only `peephole_lstm` so far (`CELLS`); lstm and gru are `torch_impl.autograd_fn`'s, and
+`run_direction` here dispatches to it for them, so the `autograd` backend's direction
+function is this module's.  Same recipe as `autograd_fn`: the input projection of all
+steps is ONE GEMM (both biases folded in), each step is one `addmm` plus in-place gate
+math into preallocated (T, B, .) buffers, and the backward does per step only the
+pointwise chain and the recurrent GEMM `dG_t W_hh`; the weight, bias, peephole and
+input gradients are each ONE GEMM or reduction over all T*B rows.
+
+Peephole LSTM (gates i, f, g, o; peephole = [p_i, p_f, p_o]), forward::
+
+    a = W_ih x + b_ih + b_hh + W_hh h
+    i = sigmoid(a_i + p_i * c);  f = sigmoid(a_f + p_f * c);  g = tanh(a_g)
+    c' = f * c + i * g;  o = sigmoid(a_o + p_o * c');  h' = o * tanh(c')
+
+Backward, dh reaching h' (output + next step), dc reaching c' from step t+1::
+
+    dA_o = dh * tanh(c') * o(1-o)
+    dc'  = dc + dh * o * (1 - tanh(c')^2) + dA_o * p_o
+    dA_i = dc' * g * i(1-i);  dA_f = dc' * c * f(1-f);  dA_g = dc' * i * (1-g^2)
+    carry: dc <- dc' * f + dA_i * p_i + dA_f * p_f;   dh <- dA W_hh
+    dp_i = sum dA_i * c,  dp_f = sum dA_f * c,  dp_o = sum dA_o * c'   (over t and b)
+
+Variable lengths, as in `autograd_fn`: all T steps run; outputs past a sequence's
+length are zeroed and h_n/c_n are taken at its last valid step; in the backward the
+padded steps receive no gradient, so their dA is exactly zero, and dh_n/dc_n enter at
+each sequence's last valid step: the "hold the state" semantics without masks.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import autograd_fn
+
+CELLS = ("peephole_lstm",)
+
+
+def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
+                  b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None,
+                  extras: dict | None = None):
+    """The `autograd` backend's direction function: lstm/gru by autograd_fn, CELLS here."""
+    if cell in autograd_fn.CELLS:
+        return autograd_fn.run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+    if cell != "peephole_lstm":
+        raise ValueError(f"the autograd backend implements {autograd_fn.CELLS + CELLS}, not {cell!r}")
+    if w_hr is not None:
+        raise ValueError("peephole_lstm does not support proj_size")
+    peephole = (extras or {}).get("peephole")
+    if peephole is None:
+        raise ValueError("peephole_lstm needs its 'peephole' parameter (3H,) in extras")
+    bias = None if b_ih is None else b_ih + b_hh  # autograd differentiates the sum for us
+    tensors = (x, h0, c0, w_ih, w_hh, bias, peephole)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return _PeepholeFunction.apply(x, h0, c0, w_ih, w_hh, bias, peephole, lengths)
+    with torch.no_grad():
+        out, h_n, c_n, _ = _peephole_forward(x, h0, c0, w_ih, w_hh, bias, peephole, lengths, save=False)
+    return out, h_n, c_n
+
+
+def _last_valid(seq: Tensor, lengths: Tensor) -> Tensor:
+    return seq[lengths - 1, torch.arange(seq.shape[1], device=seq.device)]
+
+
+def _peephole_forward(x, h0, c0, w_ih, w_hh, bias, peephole, lengths, save):
+    T, B, I = x.shape
+    H = w_hh.shape[1]
+    A = x.new_empty(T, B, 4 * H)  # pre-activations, then the activated gates [i, f, g, o]
+    x_flat = x.reshape(T * B, I)
+    if bias is None:
+        torch.mm(x_flat, w_ih.t(), out=A.view(T * B, 4 * H))
+    else:
+        torch.addmm(bias, x_flat, w_ih.t(), out=A.view(T * B, 4 * H))
+    hs = x.new_empty(T, B, H)
+    cs = x.new_empty(T, B, H)
+    tcs = x.new_empty(T, B, H)  # tanh(c')
+    p_i, p_f, p_o = peephole.chunk(3)
+    p_if = torch.cat([p_i, p_f])  # i and f peep at the same c: one fused op for both
+    w_hh_t = w_hh.t()
+    h, c = h0, c0
+    for t in range(T):
+        a = A[t]
+        a.addmm_(h, w_hh_t)
+        a_if, a_g, a_o = a.split([2 * H, H, H], 1)
+        a_if.view(B, 2, H).addcmul_(p_if.view(2, H), c.unsqueeze(1)).sigmoid_()
+        a_g.tanh_()
+        i, f = a_if.chunk(2, 1)
+        c_new = torch.mul(f, c, out=cs[t]).addcmul_(i, a_g)
+        a_o.addcmul_(p_o, c_new).sigmoid_()
+        torch.tanh(c_new, out=tcs[t])
+        h = torch.mul(a_o, tcs[t], out=hs[t])
+        c = c_new
+    if lengths is None:
+        out, h_n, c_n = hs, hs[T - 1], cs[T - 1]
+    else:
+        valid = (torch.arange(T, device=x.device)[:, None] < lengths[None, :]).unsqueeze(-1)
+        out = hs * valid
+        h_n, c_n = _last_valid(hs, lengths), _last_valid(cs, lengths)
+    saved = (A, hs, cs, tcs) if save else None
+    return out, h_n.clone(), c_n.clone(), saved
+
+
+class _PeepholeFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, h0, c0, w_ih, w_hh, bias, peephole, lengths):
+        out, h_n, c_n, (A, hs, cs, tcs) = _peephole_forward(x, h0, c0, w_ih, w_hh, bias, peephole,
+                                                              lengths, save=True)
+        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, peephole, lengths, A, hs, cs, tcs)
+        ctx.has_bias = bias is not None
+        return out, h_n, c_n
+
+    @staticmethod
+    def backward(ctx, d_out, d_hn, d_cn):
+        x, h0, c0, w_ih, w_hh, peephole, lengths, A, hs, cs, tcs = ctx.saved_tensors
+        T, B, I = x.shape
+        H = w_hh.shape[1]
+        # gradient reaching each h_t and c_t from outside the recurrence
+        d_h_ext = d_out.clone() if d_out is not None else x.new_zeros(T, B, H)
+        d_c_ext = x.new_zeros(T, B, H)
+        if lengths is None:
+            last, rows = torch.full((B,), T - 1, device=x.device), torch.arange(B, device=x.device)
+        else:
+            last, rows = lengths - 1, torch.arange(B, device=x.device)
+            d_h_ext.mul_((torch.arange(T, device=x.device)[:, None] < lengths[None, :]).unsqueeze(-1))
+        if d_hn is not None:
+            d_h_ext.index_put_((last, rows), d_hn, accumulate=True)
+        if d_cn is not None:
+            d_c_ext.index_put_((last, rows), d_cn, accumulate=True)
+        p_i, p_f, p_o = peephole.chunk(3)
+        dA = torch.empty_like(A)
+        dh = x.new_zeros(B, H)
+        dc = x.new_zeros(B, H)
+        tmp = x.new_empty(B, H)
+        for t in range(T - 1, -1, -1):
+            i, f, g, o = A[t].chunk(4, 1)
+            c_prev = cs[t - 1] if t > 0 else c0
+            tc = tcs[t]
+            d_i, d_f, d_g, d_o = dA[t].chunk(4, 1)
+            dh.add_(d_h_ext[t])
+            dc.add_(d_c_ext[t])
+            # dA_o = dh * tanh(c') * o(1-o)
+            torch.addcmul(o, o, o, value=-1, out=d_o).mul_(tc).mul_(dh)
+            # dc' = dc + dh * o * (1 - tanh(c')^2) + dA_o * p_o
+            torch.addcmul(o, o, torch.mul(tc, tc, out=tmp), value=-1, out=tmp).mul_(dh)
+            dc.add_(tmp).addcmul_(d_o, p_o)
+            torch.addcmul(i, i, i, value=-1, out=d_i).mul_(g).mul_(dc)
+            torch.addcmul(f, f, f, value=-1, out=d_f).mul_(c_prev).mul_(dc)
+            torch.addcmul(i, i, torch.mul(g, g, out=d_g), value=-1, out=d_g).mul_(dc)
+            # carry: dc <- dc' * f + dA_i * p_i + dA_f * p_f;  dh <- dA W_hh
+            dc.mul_(f).addcmul_(d_i, p_i).addcmul_(d_f, p_f)
+            torch.mm(dA[t], w_hh, out=dh)
+        dA_flat = dA.view(T * B, 4 * H)
+        d_x = torch.mm(dA_flat, w_ih).view(T, B, I) if ctx.needs_input_grad[0] else None
+        d_w_ih = torch.mm(dA_flat.t(), x.reshape(T * B, I))
+        d_w_hh = torch.mm(dA[0].t(), h0)
+        c_prev_all = torch.cat([c0.unsqueeze(0), cs[:-1]]) if T > 1 else c0.unsqueeze(0)
+        if T > 1:
+            d_w_hh.addmm_(dA[1:].reshape((T - 1) * B, 4 * H).t(), hs[:-1].reshape((T - 1) * B, H))
+        d_bias = dA_flat.sum(0) if ctx.has_bias else None
+        d_peep = torch.cat([(dA[..., :H] * c_prev_all).sum((0, 1)), (dA[..., H:2 * H] * c_prev_all).sum((0, 1)),
+                            (dA[..., 3 * H:] * cs).sum((0, 1))])
+        # dh, dc now hold the gradients of h0, c0 (the carries past step 0)
+        return d_x, dh, dc, d_w_ih, d_w_hh, d_bias, d_peep, None
