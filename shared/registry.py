@@ -87,7 +87,7 @@ _ROWS = [
     Implementation("torch.compile", "torch.compile of the step (compile time independent of T)", 4, proj_size=True,
                    cells=("lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before")),
     Implementation("torch.autograd", "custom autograd.Function, hand-written BPTT, batched weight-grad GEMMs", 5, proj_size=True,
-                   cells=("lstm", "gru", "peephole_lstm")),
+                   cells=("lstm", "gru", "peephole_lstm", "ln_lstm")),
     Implementation("torch.native", "nn.LSTM / nn.GRU (cuDNN on CUDA, oneDNN on CPU)", 6, proj_size=True),
     # JAX ladder (jax_impl.IMPLS)
     Implementation("jax.naive", "Python loop over time, cat([x, h]) + one dense per step", 0),

@@ -1,6 +1,6 @@
 """The `autograd` rung for catalogue cells: hand-written BPTT in one `autograd.Function`.
 
-Only `peephole_lstm` so far (`CELLS`); lstm and gru are `torch_impl.autograd_fn`'s, and
+`peephole_lstm` and `ln_lstm` (`CELLS`); lstm and gru are `torch_impl.autograd_fn`'s, and
 `run_direction` here dispatches to it for them, so the `autograd` backend's direction
 function is this module's.  Same recipe as `autograd_fn`: the input projection of all
 steps is ONE GEMM (both biases folded in), each step is one `addmm` plus in-place gate
@@ -35,7 +35,8 @@ from torch import Tensor
 
 from . import autograd_fn
 
-CELLS = ("peephole_lstm",)
+CELLS = ("peephole_lstm", "ln_lstm")
+LN_EPS = 1e-5
 
 
 def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
@@ -44,10 +45,12 @@ def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Ten
     """The `autograd` backend's direction function: lstm/gru by autograd_fn, CELLS here."""
     if cell in autograd_fn.CELLS:
         return autograd_fn.run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
-    if cell != "peephole_lstm":
+    if cell not in CELLS:
         raise ValueError(f"the autograd backend implements {autograd_fn.CELLS + CELLS}, not {cell!r}")
     if w_hr is not None:
-        raise ValueError("peephole_lstm does not support proj_size")
+        raise ValueError(f"{cell} does not support proj_size")
+    if cell == "ln_lstm":
+        return _ln_lstm_direction(x, h0, c0, w_ih, w_hh, b_ih, b_hh, extras or {}, lengths)
     peephole = (extras or {}).get("peephole")
     if peephole is None:
         raise ValueError("peephole_lstm needs its 'peephole' parameter (3H,) in extras")
@@ -163,3 +166,145 @@ class _PeepholeFunction(torch.autograd.Function):
                             (dA[..., 3 * H:] * cs).sum((0, 1))])
         # dh, dc now hold the gradients of h0, c0 (the carries past step 0)
         return d_x, dh, dc, d_w_ih, d_w_hh, d_bias, d_peep, None
+
+
+# ---- LayerNorm LSTM ------------------------------------------------------------------------------
+
+def _ln_lstm_direction(x, h0, c0, w_ih, w_hh, b_ih, b_hh, extras, lengths):
+    """The hoisted part, LN_ih(W_ih x + b_ih) + beta_hh for all steps, by plain autograd (one
+    GEMM and one layer_norm over T*B rows); the recurrence by `_LNLSTMFunction`."""
+    missing = [k for k in ("layernorm_ih_weight", "layernorm_ih_bias", "layernorm_hh_weight", "layernorm_hh_bias",
+                           "layernorm_c_weight", "layernorm_c_bias") if extras.get(k) is None]
+    if missing:
+        raise ValueError(f"ln_lstm needs its parameters {', '.join(missing)} in extras")
+    from .cells import ln_lstm_project
+    T, B = x.shape[0], x.shape[1]
+    p = {"weight_ih": w_ih, "bias_ih": b_ih, **extras}
+    xpb = (ln_lstm_project(x.reshape(T * B, x.shape[2]), p) + extras["layernorm_hh_bias"]).view(T, B, -1)
+    args = (xpb, h0, c0, w_hh, b_hh, extras["layernorm_hh_weight"], extras["layernorm_c_weight"],
+            extras["layernorm_c_bias"])
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args):
+        return _LNLSTMFunction.apply(*args, lengths)
+    with torch.no_grad():
+        out, h_n, c_n, _ = _ln_lstm_forward(*args, lengths, save=False)
+    return out, h_n, c_n
+
+
+def _ln_lstm_forward(xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths, save):
+    """LN-LSTM recurrence from xpb = LN_ih(W_ih x + b_ih) + beta_hh:
+
+        n_hh = normalise(h W_hh^T + b_hh);  a = xpb + g_hh * n_hh
+        c_hat = normalise(sigmoid(a_f) * c + sigmoid(a_i) * tanh(a_g));  c' = g_c * c_hat + b_c
+        h' = sigmoid(a_o) * tanh(c')
+    (normalise: zero mean, unit biased variance + eps over the features)."""
+    T, B, G = xpb.shape
+    H = G // 4
+    gates = torch.empty_like(xpb)  # activated [i, f, g, o]
+    n_hh = torch.empty_like(xpb) if save else None
+    rstd_hh = xpb.new_empty(T, B, 1) if save else None
+    c_hat = xpb.new_empty(T, B, H) if save else None
+    rstd_c = xpb.new_empty(T, B, 1) if save else None
+    hs, cs, tcs = (xpb.new_empty(T, B, H) for _ in range(3))
+    w_hh_t = w_hh.t()
+    h, c = h0, c0
+    for t in range(T):
+        rec = torch.mm(h, w_hh_t) if b_hh is None else torch.addmm(b_hh, h, w_hh_t)
+        n, _, r = torch.native_layer_norm(rec, (G,), None, None, LN_EPS)
+        a = torch.addcmul(xpb[t], n, g_hh, out=gates[t])
+        a_ifo_i, a_ifo_f, a_g, a_o = a.chunk(4, 1)
+        torch.sigmoid_(a[:, :2 * H])
+        a_g.tanh_()
+        a_o.sigmoid_()
+        c_raw = torch.mul(a_ifo_f, c).addcmul_(a_ifo_i, a_g)
+        ch, _, rc = torch.native_layer_norm(c_raw, (H,), None, None, LN_EPS)
+        c = torch.addcmul(b_c, ch, g_c, out=cs[t])
+        torch.tanh(c, out=tcs[t])
+        h = torch.mul(a_o, tcs[t], out=hs[t])
+        if save:
+            n_hh[t].copy_(n)
+            rstd_hh[t].copy_(r.view(B, 1))
+            c_hat[t].copy_(ch)
+            rstd_c[t].copy_(rc.view(B, 1))
+    if lengths is None:
+        out, h_n, c_n = hs, hs[T - 1], cs[T - 1]
+    else:
+        valid = (torch.arange(T, device=xpb.device)[:, None] < lengths[None, :]).unsqueeze(-1)
+        out = hs * valid
+        h_n, c_n = _last_valid(hs, lengths), _last_valid(cs, lengths)
+    saved = (gates, n_hh, rstd_hh, c_hat, rstd_c, hs, cs, tcs) if save else None
+    return out, h_n.clone(), c_n.clone(), saved
+
+
+def _layer_norm_backward(dn: Tensor, n: Tensor, rstd: Tensor) -> Tensor:
+    """Gradient through v -> n = (v - mean v) * rstd, given dL/dn: rstd * (dn - mean dn - n mean(dn n))."""
+    mean_dn = dn.mean(1, keepdim=True)
+    mean_dn_n = (dn * n).mean(1, keepdim=True)
+    return (dn - mean_dn).sub_(n * mean_dn_n).mul_(rstd)
+
+
+class _LNLSTMFunction(torch.autograd.Function):
+    """Backward, dh reaching h' and dc reaching c' (from step t+1 and outside)::
+
+        dA_o = dh * tanh(c') * o(1-o);   dc' = dc + dh * o * (1 - tanh(c')^2)
+        dc_raw = LN backward of (dc' * g_c)          (dg_c = sum dc' c_hat, db_c = sum dc')
+        dA_i = dc_raw * g * i(1-i);  dA_f = dc_raw * c * f(1-f);  dA_g = dc_raw * i * (1-g^2)
+        carry: dc <- dc_raw * f
+        drec = LN backward of (dA * g_hh)            (dg_hh = sum dA n_hh; dxpb = dA)
+        dh <- drec W_hh;   dW_hh = sum drec^T h_prev,  db_hh = sum drec   (one GEMM / sum at the end)
+    """
+
+    @staticmethod
+    def forward(ctx, xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths):
+        out, h_n, c_n, saved = _ln_lstm_forward(xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths, save=True)
+        ctx.save_for_backward(h0, c0, w_hh, g_hh, g_c, lengths, *saved)
+        ctx.has_bias = b_hh is not None
+        return out, h_n, c_n
+
+    @staticmethod
+    def backward(ctx, d_out, d_hn, d_cn):
+        h0, c0, w_hh, g_hh, g_c, lengths, gates, n_hh, rstd_hh, c_hat, rstd_c, hs, cs, tcs = ctx.saved_tensors
+        T, B, G = gates.shape
+        H = G // 4
+        dev = gates.device
+        d_h_ext = d_out.clone() if d_out is not None else gates.new_zeros(T, B, H)
+        d_c_ext = gates.new_zeros(T, B, H)
+        rows = torch.arange(B, device=dev)
+        if lengths is None:
+            last = torch.full((B,), T - 1, device=dev)
+        else:
+            last = lengths - 1
+            d_h_ext.mul_((torch.arange(T, device=dev)[:, None] < lengths[None, :]).unsqueeze(-1))
+        if d_hn is not None:
+            d_h_ext.index_put_((last, rows), d_hn, accumulate=True)
+        if d_cn is not None:
+            d_c_ext.index_put_((last, rows), d_cn, accumulate=True)
+        dA = torch.empty_like(gates)
+        d_rec = torch.empty_like(gates)
+        d_cp = gates.new_empty(T, B, H)  # dL/dc' per step, for the LN_c gain and bias
+        dh = gates.new_zeros(B, H)
+        dc = gates.new_zeros(B, H)
+        tmp = gates.new_empty(B, H)
+        for t in range(T - 1, -1, -1):
+            i, f, g, o = gates[t].chunk(4, 1)
+            c_prev = cs[t - 1] if t > 0 else c0
+            tc = tcs[t]
+            d_i, d_f, d_g, d_o = dA[t].chunk(4, 1)
+            dh.add_(d_h_ext[t])
+            torch.addcmul(o, o, o, value=-1, out=d_o).mul_(tc).mul_(dh)
+            torch.addcmul(o, o, torch.mul(tc, tc, out=tmp), value=-1, out=tmp).mul_(dh)
+            dcp = torch.add(dc, tmp, out=d_cp[t]).add_(d_c_ext[t])
+            dc_raw = _layer_norm_backward(dcp * g_c, c_hat[t], rstd_c[t])
+            torch.addcmul(i, i, i, value=-1, out=d_i).mul_(g).mul_(dc_raw)
+            torch.addcmul(f, f, f, value=-1, out=d_f).mul_(c_prev).mul_(dc_raw)
+            torch.addcmul(i, i, torch.mul(g, g, out=d_g), value=-1, out=d_g).mul_(dc_raw)
+            torch.mul(dc_raw, f, out=dc)
+            d_rec[t] = _layer_norm_backward(dA[t] * g_hh, n_hh[t], rstd_hh[t])
+            torch.mm(d_rec[t], w_hh, out=dh)
+        d_w_hh = torch.mm(d_rec[0].t(), h0)
+        if T > 1:
+            d_w_hh.addmm_(d_rec[1:].reshape((T - 1) * B, G).t(), hs[:-1].reshape((T - 1) * B, H))
+        d_b_hh = d_rec.sum((0, 1)) if ctx.has_bias else None
+        d_g_hh = (dA * n_hh).sum((0, 1))
+        d_g_c = (d_cp * c_hat).sum((0, 1))
+        d_b_c = d_cp.sum((0, 1))
+        return dA, dh, dc, d_w_hh, d_b_hh, d_g_hh, d_g_c, d_b_c, None
