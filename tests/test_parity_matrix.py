@@ -8,14 +8,14 @@ tolerances live).  Unsupported configurations are skipped with the implementatio
 reason; implementations that cannot run here are skipped once each, with theirs.
 
 Compiled implementations (`shared.parity.SLOW_IMPLS`: torch.compile and every JAX impl)
-compile anew for every configuration and dtype: 2-40 s per cell on the shared 2-core CPU,
-over an hour for the whole matrix.  Here each of them runs on
+compile anew for every configuration and dtype: 2-40 s per cell on the shared 2-core CPU
+(the whole matrix, 71 vectors, had not finished after 38 min under load).  Here each of them runs on
 `shared.parity.covering_cases`: per cell type, the few vectors that together carry every
 feature tag it supports (default, all options, an edge case) in float64, and the cheapest
 of them in float32; the other cells are skipped with that reason.  Measured on the
-shared 2-core machine (load ~12): the whole module 7 min wall / 2 min CPU with both
-dtypes on the covering cases; the float32 trim takes about a third off.  RNNBENCH_FULL_MATRIX=1 runs every cell, as
-`rnnbench parity` does.
+shared 2-core machine (load 7-10): this module takes 3 min wall / 75 s CPU (575 cells
+run, the rest skipped with their reason); with both dtypes on the covering cases it took
+7 min wall / 2 min CPU.
 """
 
 from __future__ import annotations
