@@ -90,11 +90,12 @@ _ROWS = [
                    cells=("lstm", "gru", "peephole_lstm", "ln_lstm")),
     Implementation("torch.native", "nn.LSTM / nn.GRU (cuDNN on CUDA, oneDNN on CPU)", 6, proj_size=True),
     # JAX ladder (jax_impl.IMPLS)
-    Implementation("jax.naive", "Python loop over time, cat([x, h]) + one dense per step", 0),
+    Implementation("jax.naive", "Python loop over time, cat([x, h]) + one dense per step", 0, proj_size=True),
     Implementation("jax.flax_nnx", "Flax NNX's own LSTMCell / GRUCell", 1),
     Implementation("jax.flax_linen", "flax.linen.RNN with OptimizedLSTMCell / GRUCell", 2),
     Implementation("jax.scan", "lax.scan, hoisted input projection, fused gates", 3, proj_size=True),
-    Implementation("jax.cudnn", "jax.experimental.rnn (cuDNN LSTM)", 4, cells=("lstm",), devices=("cuda",)),
+    Implementation("jax.bptt", "lax.scan forward + custom_vjp hand-written BPTT, batched weight-grad GEMMs", 4, proj_size=True),
+    Implementation("jax.cudnn", "jax.experimental.rnn (cuDNN LSTM)", 5, cells=("lstm",), devices=("cuda",), dtypes=("float32",)),
 ]
 
 REGISTRY: dict[str, Implementation] = {row.name: row for row in _ROWS}
