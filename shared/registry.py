@@ -53,6 +53,8 @@ class Implementation:
             adapter = self.adapter()
         except ImportError as e:
             return f"{self.name}: cannot import its adapter ({e})"
+        except Exception as e:  # an adapter that cannot be built is unavailable, not a crash
+            return f"{self.name}: its adapter failed to load ({type(e).__name__}: {e})"
         return adapter.unavailable_reason(device)
 
     def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
