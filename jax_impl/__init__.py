@@ -16,15 +16,26 @@ states are cast to it.  Static arguments for `jax.jit`: `num_layers`, `bidirecti
 
 Impls (`IMPLS`, the ladder): `naive`, `scan`, `flax_linen`, `flax_nnx`, `cudnn`;
 `available_impls()` lists the ones that run here.  Flax NNX modules: `LSTM`, `GRU`.
+
+Other cells of the catalogue (`shared.cells`: `ln_lstm`, `peephole_lstm`,
+`gru_reset_before`, or a user's own once its JAX step is registered with
+`jax_impl.register_cell(name, step)`, see `jax_impl.cells`) run on the `scan` impl::
+
+    output, (h_n, c_n) = jax_impl.rnn(params, x, (h0, c0), cell="ln_lstm", ...)   # lstm family
+    output, h_n = jax_impl.rnn(params, x, h0, cell="gru_reset_before", ...)       # gru family
+
+NNX modules: `LayerNormLSTM`, `PeepholeLSTM`, `ResetBeforeGRU`, or `RNN(cell, ...)` for
+any cell (parameters named as the catalogue: `layernorm_ih_weight_l0`, `peephole_l0`, ...).
 """
 
 from __future__ import annotations
 
+from .cells import register_cell
 from .driver import (IMPLS, ImplUnavailableError, UnknownImplError, UnsupportedConfigError, available_impls,
                      run, unavailable_reason)
 
-__all__ = ["lstm", "gru", "IMPLS", "available_impls", "unavailable_reason", "LSTM", "GRU",
-           "UnknownImplError", "ImplUnavailableError", "UnsupportedConfigError"]
+__all__ = ["lstm", "gru", "rnn", "register_cell", "IMPLS", "available_impls", "unavailable_reason", "LSTM", "GRU",
+           "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU", "UnknownImplError", "ImplUnavailableError", "UnsupportedConfigError"]
 
 
 def lstm(params, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional: bool = False,
@@ -57,8 +68,27 @@ def gru(params, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional:
     return output, h_n
 
 
+def rnn(params, x, hx=None, *, cell: str, lengths=None, num_layers: int = 1, bidirectional: bool = False,
+        batch_first: bool = False, proj_size: int = 0, impl: str = "scan", dropout: float = 0.0, dropout_key=None,
+        **impl_options):
+    """Any catalogue cell (`shared.cells`) with the layer/direction/lengths machinery of `lstm`.
+
+    `params` holds the canonical names plus the cell's extras (`<prefix>_l{k}[_reverse]`,
+    `RNNSpec(cell, ...).param_shapes()`).  An lstm-family cell (state h, c) takes
+    `hx = (h0, c0)` and returns `(output, (h_n, c_n))`; a gru-family cell takes `hx = h0`
+    and returns `(output, h_n)`.  Catalogue cells other than lstm/gru run on `impl="scan"`.
+    """
+    from shared.cells import get_cell
+
+    family = get_cell(cell).family
+    output, h_n, c_n = run(cell, params, x, hx, lengths=lengths, num_layers=num_layers, bidirectional=bidirectional,
+                           batch_first=batch_first, proj_size=proj_size, impl=impl, dropout=dropout,
+                           dropout_key=dropout_key, **impl_options)
+    return (output, (h_n, c_n)) if family == "lstm" else (output, h_n)
+
+
 def __getattr__(name):  # the NNX modules import flax.nnx only when asked for
-    if name in ("LSTM", "GRU"):
+    if name in ("LSTM", "GRU", "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU"):
         from . import modules
         return getattr(modules, name)
     raise AttributeError(f"module 'jax_impl' has no attribute {name!r}")

@@ -73,8 +73,14 @@ class JaxAdapter:
         return reason
 
     def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
-        if spec.cell not in ("lstm", "gru"):
-            return f"jax_impl implements PyTorch's lstm and gru cells, not {spec.cell!r}"
+        if spec.cell not in driver.STANDARD_CELLS:
+            from . import cells as jax_cells
+            if not jax_cells.has_jax_cell(spec.cell):
+                return (f"cell {spec.cell!r} has no JAX step; add one with "
+                        f"jax_impl.register_cell({spec.cell!r}, step)")
+            reason = driver.generic_cells_reason(self.key, spec.cell)
+            if reason is not None:
+                return reason
         if self.key == "flax_nnx" and spec.cell == "gru" and spec.bias:
             return ("flax nnx GRUCell has no b_hn (the n gate's recurrent bias, scaled by the reset gate): a "
                     "canonical GRU with biases runs only when b_hn = 0, and even then has no b_hn gradient")
@@ -86,13 +92,14 @@ class JaxAdapter:
         import jax_impl
         kwargs = dict(num_layers=spec.num_layers, bidirectional=spec.bidirectional, batch_first=spec.batch_first,
                       impl=self.key, **self.options)
-        if spec.cell == "lstm":
+        if spec.family == "lstm":
             def f(x, hx, params, lengths=None):
-                out, (h_n, c_n) = jax_impl.lstm(params, x, hx, lengths=lengths, proj_size=spec.proj_size, **kwargs)
+                out, (h_n, c_n) = jax_impl.rnn(params, x, hx, cell=spec.cell, lengths=lengths,
+                                               proj_size=spec.proj_size, **kwargs)
                 return {"output": out, "h_n": h_n, "c_n": c_n}
         else:
             def f(x, hx, params, lengths=None):
-                out, h_n = jax_impl.gru(params, x, hx, lengths=lengths, **kwargs)
+                out, h_n = jax_impl.rnn(params, x, hx, cell=spec.cell, lengths=lengths, **kwargs)
                 return {"output": out, "h_n": h_n}
         return f
 
@@ -104,7 +111,7 @@ class JaxAdapter:
         import jax
         import jax.numpy as jnp
 
-        if spec.cell == "lstm" and (h0 is None) != (c0 is None):
+        if spec.family == "lstm" and (h0 is None) != (c0 is None):
             raise ValueError("an LSTM takes h0 and c0 together or neither")
         dev = _device(device)
         put = lambda a: jax.device_put(jnp.asarray(np.asarray(a), dtype=dtype), dev)  # noqa: E731
@@ -112,7 +119,7 @@ class JaxAdapter:
         jx = put(x)
         hx = None
         if h0 is not None:
-            hx = (put(h0), put(c0)) if spec.cell == "lstm" else put(h0)
+            hx = (put(h0), put(c0)) if spec.family == "lstm" else put(h0)
         jlengths = None
         if lengths is not None:
             B, T = (x.shape[0], x.shape[1]) if spec.batch_first else (x.shape[1], x.shape[0])
@@ -125,7 +132,7 @@ class JaxAdapter:
         if cotangents is None:
             out = jax.jit(f)(jx, hx, jparams, jlengths)
             return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
-        names = ["output", "h_n"] + (["c_n"] if spec.cell == "lstm" else [])
+        names = ["output", "h_n"] + (["c_n"] if spec.family == "lstm" else [])
         missing = [k for k in names if k not in cotangents]
         if missing:
             raise KeyError(f"cotangents has no {missing} (needs {names})")
@@ -143,7 +150,7 @@ class JaxAdapter:
         result = {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
         result["grad/x"] = np.asarray(gx, dtype=np.float64)
         if hx is not None:
-            if spec.cell == "lstm":
+            if spec.family == "lstm":
                 result["grad/h0"] = np.asarray(ghx[0], dtype=np.float64)
                 result["grad/c0"] = np.asarray(ghx[1], dtype=np.float64)
             else:

@@ -36,10 +36,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from shared.cells import get_cell
 from shared.params import ParamError, check_params
-from shared.spec import GATES, RNNSpec
+from shared.spec import RNNSpec
+
+from . import cells as jax_cells
 
 IMPLS = ("naive", "scan", "flax_linen", "flax_nnx", "cudnn")
+STANDARD_CELLS = ("lstm", "gru")  # the cells every impl computes; the rest need GENERIC_CELLS
 
 
 class UnknownImplError(ValueError):
@@ -62,6 +66,7 @@ class LayerParams(NamedTuple):
     b_ih: jax.Array | None  # (G*H,)
     b_hh: jax.Array | None  # (G*H,)
     w_hr: jax.Array | None  # (P, H), LSTM with proj_size only
+    extras: Mapping[str, jax.Array] | None = None  # a catalogue cell's extra params by prefix; None for lstm/gru
 
 
 # ---------------------------------------------------------------------------------
@@ -100,11 +105,32 @@ def valid_steps(T: int, lengths: jax.Array) -> jax.Array:
 
 def layer_params(spec: RNNSpec, params: Mapping[str, jax.Array], layer: int, direction: int) -> LayerParams:
     s = spec.suffix(layer, direction)
+    extra_params = spec.cell_def.extra_params
     return LayerParams(
         w_ih=params[f"weight_ih_{s}"], w_hh=params[f"weight_hh_{s}"],
         b_ih=params.get(f"bias_ih_{s}") if spec.bias else None,
         b_hh=params.get(f"bias_hh_{s}") if spec.bias else None,
-        w_hr=params.get(f"weight_hr_{s}") if spec.proj_size else None)
+        w_hr=params.get(f"weight_hr_{s}") if spec.proj_size else None,
+        extras={e.prefix: params[f"{e.prefix}_{s}"] for e in extra_params} if extra_params else None)
+
+
+def runs_cell(module, cell: str) -> bool:
+    """Whether impl `module` computes `cell`: lstm/gru everywhere, catalogue cells only in
+    impls that run the JAX cell table (`GENERIC_CELLS = True`, e.g. `scan`)."""
+    return cell in STANDARD_CELLS or getattr(module, "GENERIC_CELLS", False)
+
+
+def generic_cells_reason(impl: str, cell: str) -> str | None:
+    """None when impl `impl` runs catalogue cell `cell`, else why not."""
+    if runs_cell(impl_module(impl), cell):
+        return None
+    generic = [n for n in IMPLS if runs_cell(impl_module(n), cell)]
+    why = {"flax_linen": " (Flax's built-in OptimizedLSTMCell/LSTMCell/GRUCell have no layer norm, peepholes "
+                         "or reset-before form)",
+           "flax_nnx": " (Flax NNX's built-in LSTMCell/GRUCell have no layer norm, peepholes or reset-before form)",
+           "cudnn": " (cuDNN's fused kernels compute only its fixed LSTM)"}.get(impl, "")
+    return (f"impl {impl!r} implements only lstm and gru, not {cell!r}{why}; impls that run any catalogue "
+            f"cell: {', '.join(generic) or 'none'}")
 
 
 def layer_from_directions(run_direction: Callable) -> Callable:
@@ -142,9 +168,9 @@ def spec_from_params(cell: str, params: Mapping, *, num_layers: int, bidirection
             raise ParamError(f"params has no {key!r} (needed to infer the sizes); got keys: "
                              f"{', '.join(map(str, params)) or 'none'}")
     w_ih, w_hh = np.shape(params["weight_ih_l0"]), np.shape(params["weight_hh_l0"])
-    G = len(GATES[cell])
+    G = len(get_cell(cell).gates)
     if len(w_ih) != 2 or len(w_hh) != 2 or w_hh[0] % G:
-        raise ParamError(f"weight_ih_l0 {w_ih} / weight_hh_l0 {w_hh} are not {cell.upper()} weights "
+        raise ParamError(f"weight_ih_l0 {w_ih} / weight_hh_l0 {w_hh} are not {cell} weights "
                          f"(expected ({G}*hidden_size, input_size) / ({G}*hidden_size, hidden_size))")
     spec = RNNSpec(cell=cell, input_size=int(w_ih[1]), hidden_size=int(w_hh[0] // G), num_layers=num_layers,
                    bias="bias_ih_l0" in params or "bias_hh_l0" in params, batch_first=batch_first,
@@ -188,8 +214,14 @@ def check_lengths(lengths, batch: int, T: int) -> jax.Array:
 def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional: bool = False,
         batch_first: bool = False, proj_size: int = 0, impl: str = "scan", dropout: float = 0.0,
         dropout_key=None, between_layers: Callable | None = None, **options):
-    """Shared body of `lstm` and `gru`; returns `(output, h_n, c_n or None)`."""
+    """Shared body of `lstm`, `gru` and `rnn`; returns `(output, h_n, c_n or None)`."""
     module = impl_module(impl)
+    family = get_cell(cell).family  # unknown cell -> error naming the catalogue's cells
+    if cell not in STANDARD_CELLS:
+        jax_cells.get_jax_cell(cell)  # no JAX step -> error saying how to register one
+        reason = generic_cells_reason(impl, cell)
+        if reason is not None:
+            raise UnsupportedConfigError(reason)
     unknown = sorted(set(options) - set(module.OPTIONS))
     if unknown:
         raise TypeError(f"impl {impl!r} got unknown options {unknown}; its options: "
@@ -222,13 +254,13 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
     shapes = spec.state_shapes(B)
     h0 = c0 = None
     if hx is not None:
-        if cell == "lstm":
+        if family == "lstm":
             if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-                raise TypeError(f"hx of an LSTM must be a pair (h0, c0), got {type(hx).__name__}")
+                raise TypeError(f"hx of an LSTM ({cell}) must be a pair (h0, c0), got {type(hx).__name__}")
             h0, c0 = hx
         else:
             if isinstance(hx, (tuple, list)):
-                raise TypeError("hx of a GRU is one array h0, not a tuple")
+                raise TypeError(f"hx of a GRU ({cell}) is one array h0, not a tuple")
             h0 = hx
         squeeze = (lambda s: (s[0], s[2])) if not batched else (lambda s: s)
         h0 = _check_state("h0", h0, squeeze(shapes["h"]), dtype)
@@ -239,7 +271,7 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
             c0 = None if c0 is None else c0[:, None, :]
     if h0 is None:
         h0 = jnp.zeros(shapes["h"], dtype)
-    if cell == "lstm" and c0 is None:
+    if family == "lstm" and c0 is None:
         c0 = jnp.zeros(shapes["c"], dtype)
 
     if lengths is not None:

@@ -36,6 +36,7 @@ from .driver import LayerParams, layer_from_directions, valid_steps
 
 DEFAULT_UNROLL = 1
 OPTIONS = {"unroll": DEFAULT_UNROLL, "remat": False}
+GENERIC_CELLS = True  # runs every cell of jax_impl.cells' table, a user's own included
 
 
 def unavailable_reason() -> str | None:
@@ -70,6 +71,8 @@ def run_direction(cell, p: LayerParams, x, h0, c0, lengths, reverse: bool, *, un
                   remat: bool = False):
     """One direction over time-major x (T, B, I); see `driver.layer_from_directions`."""
     _check_options(unroll, remat)
+    if cell not in ("lstm", "gru"):
+        return run_cell_direction(cell, p, x, h0, c0, lengths, reverse, unroll=unroll, remat=remat)
     T = x.shape[0]
     x_proj, b_hn = input_projection(cell, p, x)
     w_hh_t = p.w_hh.T
@@ -105,6 +108,38 @@ def run_direction(cell, p: LayerParams, x, h0, c0, lengths, reverse: bool, *, un
     carry0 = (h0, c0 if cell == "lstm" else jnp.zeros((), h0.dtype))
     (h_n, c_n), output = lax.scan(body, carry0, xs, reverse=reverse, unroll=min(unroll, T))
     return output, h_n, (c_n if cell == "lstm" else None)
+
+
+def run_cell_direction(cell, p: LayerParams, x, h0, c0, lengths, reverse: bool, *, unroll: int, remat: bool):
+    """One direction of a catalogue cell from `jax_impl.cells`' table (any cell but lstm/gru).
+
+    `x_proj = cell.project(x, p)` for all T*B rows at once, then `lax.scan` of
+    `cell.step(x_proj[t], state, p)`; with lengths a finished sequence keeps its state
+    and outputs zero (the same masking as the lstm/gru path above).
+    """
+    if p.w_hr is not None:
+        raise ValueError(f"cell {cell!r} does not support proj_size (only lstm does)")
+    jax_cell = cells.get_jax_cell(cell)
+    pd = {"weight_ih": p.w_ih, "weight_hh": p.w_hh, "bias_ih": p.b_ih, "bias_hh": p.b_hh, **(p.extras or {})}
+    T, B, I = x.shape
+    x_proj = jax_cell.project(x.reshape(T * B, I), pd).reshape(T, B, -1)
+
+    def step(state, x_t):
+        new = tuple(jax_cell.step(x_t, state, pd))
+        return new, new[0]
+
+    def masked_step(state, inputs):
+        x_t, valid = inputs  # valid: (B, 1), False past a sequence's length
+        new = tuple(jax_cell.step(x_t, state, pd))
+        new = tuple(jnp.where(valid, n, o) for n, o in zip(new, state))
+        return new, jnp.where(valid, new[0], jnp.zeros((), new[0].dtype))
+
+    body, xs = (step, x_proj) if lengths is None else (masked_step, (x_proj, valid_steps(T, lengths)))
+    if remat:
+        body = jax.checkpoint(body)
+    state0 = (h0,) if c0 is None else (h0, c0)
+    state, output = lax.scan(body, state0, xs, reverse=reverse, unroll=min(unroll, T))
+    return output, state[0], (state[1] if c0 is not None else None)
 
 
 run_layer = layer_from_directions(run_direction)
