@@ -42,7 +42,7 @@ from shared.spec import RNNSpec
 
 from . import cells as jax_cells
 
-IMPLS = ("naive", "scan", "flax_linen", "flax_nnx", "cudnn")
+IMPLS = ("naive", "scan", "bptt", "flax_linen", "flax_nnx", "cudnn")
 STANDARD_CELLS = ("lstm", "gru")  # the cells every impl computes; the rest need GENERIC_CELLS
 
 

@@ -1,0 +1,251 @@
+"""`bptt`: `lax.scan` forward, hand-written backward (`jax.custom_vjp`) per layer and direction.
+
+Why: differentiating `lax.scan` (the `scan` impl) makes JAX's backward scan accumulate
+the weight gradients one step at a time (`dW_hh += dG_t^T h_{t-1}`, a skinny GEMM plus
+an add per step).  Here, as in `torch_impl/autograd_fn.py`, the backward scan does only
+what is inherently sequential -- the recurrent product `dG_t @ W_hh` and the gate
+derivatives -- and emits the gate gradients `dG` (T, B, G*H); every weight gradient is
+then ONE GEMM (or reduction) over all T*B rows:
+
+    dW_ih = dX_g^T X    dW_hh = dG_h^T H_prev    db = sum_{t,b} dG    dx = dX_g W_ih
+    (LSTM with proj_size:  dW_hr = dH_cand^T M,  M = o * tanh(c))
+
+Forward (per step, time-major, `x_proj = x W_ih^T + b` hoisted, see `scan.py`):
+
+    LSTM  a = x_proj_t + h W_hh^T;  i,f,o = sigmoid(a_i,a_f,a_o);  g = tanh(a_g)
+          c' = f c + i g;  m = o tanh(c');  h' = m (or m W_hr^T with proj_size)
+    GRU   r,z = sigmoid(x_proj_{r,z} + (h W_hh^T)_{r,z});  n_h = (h W_hh^T)_n + b_hn
+          n = tanh(x_proj_n + r n_h);  h' = (1 - z) n + z h
+
+Backward (per step, reversed scan order; `dh`, `dc` flow from the future):
+
+    LSTM  dh' = v (dh + dout_t)                 (v: step valid, t < len)
+          dm = dh' (W_hr with proj_size);  dc' = v dc + dm o (1 - tanh^2 c')
+          da = [dc' g i(1-i), dc' c f(1-f), dc' i (1-g^2), dm tanh(c') o(1-o)]
+          dh <- (1 - v) dh + da W_hh;  dc <- (1 - v) dc + dc' f
+    GRU   dh' = v (dh + dout_t);  dn = dh'(1-z)(1-n^2);  dz = dh'(h - n) z(1-z)
+          dr = dn n_h r(1-r);  dX_g = [dr, dz, dn];  dG_h = [dr, dz, dn r]
+          dh <- (1 - v) dh + dh' z + dG_h W_hh
+
+With lengths the forward keeps a finished sequence's state and outputs zero (`scan`'s
+masking: the reverse direction is a reversed scan, so it starts at each sequence's last
+valid step); the backward applies the same mask `v`, which zeroes the gate gradients of
+padded steps.  Residuals saved by the forward: the gate activations, the h (and c)
+sequences and, for the GRU, `n_h`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .driver import LayerParams, layer_from_directions, valid_steps
+from .scan import input_projection
+
+OPTIONS: dict = {}
+
+
+def unavailable_reason() -> str | None:
+    return None
+
+
+def unsupported_reason(spec, *, lengths: bool, dtype: str) -> str | None:
+    if spec.cell not in ("lstm", "gru"):
+        return f"jax.bptt has hand-written backward passes for lstm and gru only, not {spec.cell!r}"
+    return None
+
+
+def _flat_gemm_t(a: jax.Array, b: jax.Array) -> jax.Array:
+    """sum over t, b of a[t, b, :, None] * b[t, b, None, :]: one (K, T*B) x (T*B, N) GEMM."""
+    return a.reshape(-1, a.shape[-1]).T @ b.reshape(-1, b.shape[-1])
+
+
+def _previous(seq: jax.Array, h0: jax.Array, reverse: bool) -> jax.Array:
+    """The state each step started from: h_{t-1} (forward) or h_{t+1} (reverse), h0 at the start."""
+    if reverse:
+        return jnp.concatenate([seq[1:], h0[None]], axis=0)
+    return jnp.concatenate([h0[None], seq[:-1]], axis=0)
+
+
+# ---------------------------------------------------------------------------------
+# LSTM
+
+
+def _lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, valid):
+    p = LayerParams(w_ih, w_hh, b_ih, b_hh, w_hr)
+    x_proj, _ = input_projection("lstm", p, x)
+    w_hh_t = w_hh.T
+    w_hr_t = None if w_hr is None else w_hr.T
+
+    def step(carry, inputs):
+        h, c = carry
+        xp_t, v = inputs
+        a = xp_t + h @ w_hh_t
+        i, f, g, o = jnp.split(a, 4, axis=-1)
+        i, f, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jax.nn.sigmoid(o)
+        g = jnp.tanh(g)
+        c_new = f * c + i * g
+        h_new = o * jnp.tanh(c_new)
+        if w_hr_t is not None:
+            h_new = h_new @ w_hr_t
+        out = h_new
+        if v is not None:
+            h_new = jnp.where(v, h_new, h)
+            c_new = jnp.where(v, c_new, c)
+            out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
+        return (h_new, c_new), (out, jnp.concatenate([i, f, g, o], axis=-1), h_new, c_new)
+
+    (h_n, c_n), (output, acts, h_seq, c_seq) = lax.scan(step, (h0, c0), (x_proj, valid), reverse=reverse)
+    return (output, h_n, c_n), (acts, h_seq, c_seq)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def lstm_direction(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, valid):
+    """One LSTM direction over time-major x (T, B, I) -> (output, h_n, c_n); see the module docstring.
+
+    `b_ih`/`b_hh`/`w_hr`/`valid` may be None (no bias / no projection / no lengths).
+    """
+    return _lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, valid)[0]
+
+
+def _lstm_fwd(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, valid):
+    out, (acts, h_seq, c_seq) = _lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, valid)
+    return out, (x, h0, c0, w_ih, w_hh, b_ih is not None, w_hr, valid, acts, h_seq, c_seq)
+
+
+def _lstm_bwd(reverse, res, cot):
+    x, h0, c0, w_ih, w_hh, has_bias, w_hr, valid, acts, h_seq, c_seq = res
+    d_out, d_hn, d_cn = cot
+    c_prev = _previous(c_seq, c0, reverse)
+
+    def step(carry, inputs):
+        dh, dc = carry
+        dout_t, a, c_old, c_new, v = inputs
+        i, f, g, o = jnp.split(a, 4, axis=-1)
+        dh_cand = dh + dout_t
+        if v is not None:  # padded step: no gradient into this step's candidate state
+            dh_cand = jnp.where(v, dh_cand, 0)
+            dc_in = jnp.where(v, dc, 0)
+        else:
+            dc_in = dc
+        dm = dh_cand if w_hr is None else dh_cand @ w_hr
+        tanh_c = jnp.tanh(c_new)
+        dcc = dc_in + dm * o * (1 - tanh_c * tanh_c)
+        da = jnp.concatenate([dcc * g * i * (1 - i), dcc * c_old * f * (1 - f), dcc * i * (1 - g * g),
+                              dm * tanh_c * o * (1 - o)], axis=-1)
+        dh_prev = da @ w_hh
+        dc_prev = dcc * f
+        if v is not None:
+            dh_prev = dh_prev + jnp.where(v, 0, dh)
+            dc_prev = dc_prev + jnp.where(v, 0, dc)
+        return (dh_prev, dc_prev), (da, dh_cand)
+
+    (dh0, dc0), (da, dh_cand) = lax.scan(step, (d_hn, d_cn), (d_out, acts, c_prev, c_seq, valid),
+                                         reverse=not reverse)
+    h_prev = _previous(h_seq, h0, reverse)
+    d_w_ih = _flat_gemm_t(da, x)
+    d_w_hh = _flat_gemm_t(da, h_prev)
+    dx = da @ w_ih
+    db = jnp.sum(da, axis=(0, 1)) if has_bias else None
+    d_w_hr = None
+    if w_hr is not None:
+        o = acts[..., 3 * c_seq.shape[-1]:]
+        # m = o tanh(c) of each step (padded steps have dh_cand = 0, so their m does not matter)
+        d_w_hr = _flat_gemm_t(dh_cand, o * jnp.tanh(c_seq))
+    return dx, dh0, dc0, d_w_ih, d_w_hh, db, db, d_w_hr, None
+
+
+lstm_direction.defvjp(_lstm_fwd, _lstm_bwd)
+
+
+# ---------------------------------------------------------------------------------
+# GRU
+
+
+def _gru_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
+    p = LayerParams(w_ih, w_hh, b_ih, b_hh, None)
+    x_proj, b_hn = input_projection("gru", p, x)
+    w_hh_t = w_hh.T
+    H = h0.shape[-1]
+
+    def step(h, inputs):
+        xp_t, v = inputs
+        gh = h @ w_hh_t
+        n_h = gh[:, 2 * H:] if b_hn is None else gh[:, 2 * H:] + b_hn
+        r, z = jnp.split(jax.nn.sigmoid(xp_t[:, :2 * H] + gh[:, :2 * H]), 2, axis=-1)
+        n = jnp.tanh(xp_t[:, 2 * H:] + r * n_h)
+        h_new = (1 - z) * n + z * h
+        out = h_new
+        if v is not None:
+            h_new = jnp.where(v, h_new, h)
+            out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
+        return h_new, (out, jnp.concatenate([r, z, n], axis=-1), n_h, h_new)
+
+    h_n, (output, acts, n_h, h_seq) = lax.scan(step, h0, (x_proj, valid), reverse=reverse)
+    return (output, h_n), (acts, n_h, h_seq)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def gru_direction(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
+    """One GRU direction over time-major x (T, B, I) -> (output, h_n); see the module docstring."""
+    return _gru_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid)[0]
+
+
+def _gru_fwd(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
+    out, (acts, n_h, h_seq) = _gru_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid)
+    return out, (x, h0, w_ih, w_hh, b_ih is not None, valid, acts, n_h, h_seq)
+
+
+def _gru_bwd(reverse, res, cot):
+    x, h0, w_ih, w_hh, has_bias, valid, acts, n_h, h_seq = res
+    d_out, d_hn = cot
+    h_prev = _previous(h_seq, h0, reverse)
+
+    def step(dh, inputs):
+        dout_t, a, nh_t, h_old, v = inputs
+        r, z, n = jnp.split(a, 3, axis=-1)
+        dh_cand = dh + dout_t
+        if v is not None:
+            dh_cand = jnp.where(v, dh_cand, 0)
+        dn = dh_cand * (1 - z) * (1 - n * n)
+        dz = dh_cand * (h_old - n) * z * (1 - z)
+        dr = dn * nh_t * r * (1 - r)
+        dn_h = dn * r  # gradient of W_hn h + b_hn
+        dh_prev = jnp.concatenate([dr, dz, dn_h], axis=-1) @ w_hh + dh_cand * z
+        if v is not None:
+            dh_prev = dh_prev + jnp.where(v, 0, dh)
+        return dh_prev, (jnp.concatenate([dr, dz, dn], axis=-1), dn_h)
+
+    dh0, (dx_g, dn_h) = lax.scan(step, d_hn, (d_out, acts, n_h, h_prev, valid), reverse=not reverse)
+    H = h0.shape[-1]
+    dg_h = jnp.concatenate([dx_g[..., :2 * H], dn_h], axis=-1)
+    d_w_ih = _flat_gemm_t(dx_g, x)
+    d_w_hh = _flat_gemm_t(dg_h, h_prev)
+    dx = dx_g @ w_ih
+    d_b_ih = jnp.sum(dx_g, axis=(0, 1)) if has_bias else None
+    d_b_hh = jnp.sum(dg_h, axis=(0, 1)) if has_bias else None
+    return dx, dh0, d_w_ih, d_w_hh, d_b_ih, d_b_hh, None
+
+
+gru_direction.defvjp(_gru_fwd, _gru_bwd)
+
+
+# ---------------------------------------------------------------------------------
+# the impl interface
+
+
+def run_direction(cell, p: LayerParams, x, h0, c0, lengths, reverse: bool):
+    """One direction over time-major x (T, B, I); see `driver.layer_from_directions`."""
+    valid = None if lengths is None else valid_steps(x.shape[0], lengths)
+    if cell == "lstm":
+        return lstm_direction(reverse, x, h0, c0, p.w_ih, p.w_hh, p.b_ih, p.b_hh, p.w_hr, valid)
+    if cell == "gru":
+        output, h_n = gru_direction(reverse, x, h0, p.w_ih, p.w_hh, p.b_ih, p.b_hh, valid)
+        return output, h_n, None
+    raise ValueError(f"jax.bptt runs lstm and gru only, not {cell!r}")
+
+
+run_layer = layer_from_directions(run_direction)
