@@ -193,63 +193,70 @@ def _ln_lstm_direction(x, h0, c0, w_ih, w_hh, b_ih, b_hh, extras, lengths):
 def _ln_lstm_forward(xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths, save):
     """LN-LSTM recurrence from xpb = LN_ih(W_ih x + b_ih) + beta_hh:
 
-        n_hh = normalise(h W_hh^T + b_hh);  a = xpb + g_hh * n_hh
-        c_hat = normalise(sigmoid(a_f) * c + sigmoid(a_i) * tanh(a_g));  c' = g_c * c_hat + b_c
+        rec = h W_hh^T + b_hh;  a = xpb + g_hh * normalise(rec)
+        c_raw = sigmoid(a_f) * c + sigmoid(a_i) * tanh(a_g);  c' = g_c * normalise(c_raw) + b_c
         h' = sigmoid(a_o) * tanh(c')
-    (normalise: zero mean, unit biased variance + eps over the features)."""
+    (normalise: zero mean, unit biased variance + eps over the features).  Each LN is ATen's
+    fused `native_layer_norm`; for the backward it keeps its input, mean and rstd, so that
+    the backward runs ATen's fused `native_layer_norm_backward` per step."""
     T, B, G = xpb.shape
     H = G // 4
     gates = torch.empty_like(xpb)  # activated [i, f, g, o]
-    n_hh = torch.empty_like(xpb) if save else None
-    rstd_hh = xpb.new_empty(T, B, 1) if save else None
-    c_hat = xpb.new_empty(T, B, H) if save else None
-    rstd_c = xpb.new_empty(T, B, 1) if save else None
+    recs = torch.empty_like(xpb) if save else None
+    c_raws = xpb.new_empty(T, B, H) if save else None
+    stats = ([], [], [], [])  # mean_hh, rstd_hh, mean_c, rstd_c per step, each (B, 1)
     hs, cs, tcs = (xpb.new_empty(T, B, H) for _ in range(3))
     w_hh_t = w_hh.t()
     h, c = h0, c0
     for t in range(T):
-        rec = torch.mm(h, w_hh_t) if b_hh is None else torch.addmm(b_hh, h, w_hh_t)
-        n, _, r = torch.native_layer_norm(rec, (G,), None, None, LN_EPS)
-        a = torch.addcmul(xpb[t], n, g_hh, out=gates[t])
-        a_ifo_i, a_ifo_f, a_g, a_o = a.chunk(4, 1)
-        torch.sigmoid_(a[:, :2 * H])
+        rec = recs[t] if save else xpb.new_empty(B, G)
+        if b_hh is None:
+            torch.mm(h, w_hh_t, out=rec)
+        else:
+            torch.addmm(b_hh, h, w_hh_t, out=rec)
+        y, m_hh, r_hh = torch.native_layer_norm(rec, (G,), g_hh, None, LN_EPS)
+        a = torch.add(xpb[t], y, out=gates[t])
+        a_i, a_f, a_g, a_o = a.chunk(4, 1)
+        a[:, :2 * H].sigmoid_()
         a_g.tanh_()
         a_o.sigmoid_()
-        c_raw = torch.mul(a_ifo_f, c).addcmul_(a_ifo_i, a_g)
-        ch, _, rc = torch.native_layer_norm(c_raw, (H,), None, None, LN_EPS)
-        c = torch.addcmul(b_c, ch, g_c, out=cs[t])
+        c_raw = torch.mul(a_f, c, out=c_raws[t]) if save else torch.mul(a_f, c)
+        c_raw.addcmul_(a_i, a_g)
+        c_new, m_c, r_c = torch.native_layer_norm(c_raw, (H,), g_c, b_c, LN_EPS)
+        c = cs[t]
+        c.copy_(c_new)
         torch.tanh(c, out=tcs[t])
         h = torch.mul(a_o, tcs[t], out=hs[t])
         if save:
-            n_hh[t].copy_(n)
-            rstd_hh[t].copy_(r.view(B, 1))
-            c_hat[t].copy_(ch)
-            rstd_c[t].copy_(rc.view(B, 1))
+            for k, v in enumerate((m_hh, r_hh, m_c, r_c)):
+                stats[k].append(v)
     if lengths is None:
         out, h_n, c_n = hs, hs[T - 1], cs[T - 1]
     else:
         valid = (torch.arange(T, device=xpb.device)[:, None] < lengths[None, :]).unsqueeze(-1)
         out = hs * valid
         h_n, c_n = _last_valid(hs, lengths), _last_valid(cs, lengths)
-    saved = (gates, n_hh, rstd_hh, c_hat, rstd_c, hs, cs, tcs) if save else None
+    saved = (gates, recs, c_raws, torch.stack([torch.stack(v) for v in stats]), hs, cs, tcs) if save else None
     return out, h_n.clone(), c_n.clone(), saved
 
 
-def _layer_norm_backward(dn: Tensor, n: Tensor, rstd: Tensor) -> Tensor:
-    """Gradient through v -> n = (v - mean v) * rstd, given dL/dn: rstd * (dn - mean dn - n mean(dn n))."""
-    mean_dn = dn.mean(1, keepdim=True)
-    mean_dn_n = (dn * n).mean(1, keepdim=True)
-    return (dn - mean_dn).sub_(n * mean_dn_n).mul_(rstd)
+def _ln_grads(d_y, v, mean, rstd, gain, with_bias: bool):
+    """(dL/dv, dL/dgain, dL/dbias or None) through y = gain * (v - mean) * rstd (+ bias):
+    ATen's fused LayerNorm backward (one kernel per step, the gain/bias sums included)."""
+    # The bias's value does not enter the backward; ATen wants a tensor of its shape to return
+    # dL/dbias, and the gain has that shape.
+    return torch.ops.aten.native_layer_norm_backward(d_y, v, [v.shape[1]], mean, rstd, gain,
+                                                     gain if with_bias else None, [True, True, with_bias])
 
 
 class _LNLSTMFunction(torch.autograd.Function):
     """Backward, dh reaching h' and dc reaching c' (from step t+1 and outside)::
 
         dA_o = dh * tanh(c') * o(1-o);   dc' = dc + dh * o * (1 - tanh(c')^2)
-        dc_raw = LN backward of (dc' * g_c)          (dg_c = sum dc' c_hat, db_c = sum dc')
+        dc_raw = LN_c backward of dc'                (dg_c, db_c summed per step by the same kernel)
         dA_i = dc_raw * g * i(1-i);  dA_f = dc_raw * c * f(1-f);  dA_g = dc_raw * i * (1-g^2)
         carry: dc <- dc_raw * f
-        drec = LN backward of (dA * g_hh)            (dg_hh = sum dA n_hh; dxpb = dA)
+        drec = LN_hh backward of dA                  (dg_hh likewise; dxpb = dA)
         dh <- drec W_hh;   dW_hh = sum drec^T h_prev,  db_hh = sum drec   (one GEMM / sum at the end)
     """
 
@@ -262,10 +269,11 @@ class _LNLSTMFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, d_hn, d_cn):
-        h0, c0, w_hh, g_hh, g_c, lengths, gates, n_hh, rstd_hh, c_hat, rstd_c, hs, cs, tcs = ctx.saved_tensors
+        h0, c0, w_hh, g_hh, g_c, lengths, gates, recs, c_raws, stats, hs, cs, tcs = ctx.saved_tensors
         T, B, G = gates.shape
         H = G // 4
         dev = gates.device
+        m_hh, r_hh, m_c, r_c = stats
         d_h_ext = d_out.clone() if d_out is not None else gates.new_zeros(T, B, H)
         d_c_ext = gates.new_zeros(T, B, H)
         rows = torch.arange(B, device=dev)
@@ -280,7 +288,7 @@ class _LNLSTMFunction(torch.autograd.Function):
             d_c_ext.index_put_((last, rows), d_cn, accumulate=True)
         dA = torch.empty_like(gates)
         d_rec = torch.empty_like(gates)
-        d_cp = gates.new_empty(T, B, H)  # dL/dc' per step, for the LN_c gain and bias
+        d_g_hh, d_g_c, d_b_c = torch.zeros_like(g_hh), torch.zeros_like(g_c), torch.zeros_like(g_c)
         dh = gates.new_zeros(B, H)
         dc = gates.new_zeros(B, H)
         tmp = gates.new_empty(B, H)
@@ -292,19 +300,19 @@ class _LNLSTMFunction(torch.autograd.Function):
             dh.add_(d_h_ext[t])
             torch.addcmul(o, o, o, value=-1, out=d_o).mul_(tc).mul_(dh)
             torch.addcmul(o, o, torch.mul(tc, tc, out=tmp), value=-1, out=tmp).mul_(dh)
-            dcp = torch.add(dc, tmp, out=d_cp[t]).add_(d_c_ext[t])
-            dc_raw = _layer_norm_backward(dcp * g_c, c_hat[t], rstd_c[t])
+            dcp = dc.add_(tmp).add_(d_c_ext[t])  # dL/dc'
+            dc_raw, dg, db = _ln_grads(dcp, c_raws[t], m_c[t], r_c[t], g_c, True)
+            d_g_c += dg
+            d_b_c += db
             torch.addcmul(i, i, i, value=-1, out=d_i).mul_(g).mul_(dc_raw)
             torch.addcmul(f, f, f, value=-1, out=d_f).mul_(c_prev).mul_(dc_raw)
             torch.addcmul(i, i, torch.mul(g, g, out=d_g), value=-1, out=d_g).mul_(dc_raw)
-            torch.mul(dc_raw, f, out=dc)
-            d_rec[t] = _layer_norm_backward(dA[t] * g_hh, n_hh[t], rstd_hh[t])
+            dc = dc_raw.mul_(f)
+            d_rec[t], dg, _ = _ln_grads(dA[t], recs[t], m_hh[t], r_hh[t], g_hh, False)
+            d_g_hh += dg
             torch.mm(d_rec[t], w_hh, out=dh)
         d_w_hh = torch.mm(d_rec[0].t(), h0)
         if T > 1:
             d_w_hh.addmm_(d_rec[1:].reshape((T - 1) * B, G).t(), hs[:-1].reshape((T - 1) * B, H))
         d_b_hh = d_rec.sum((0, 1)) if ctx.has_bias else None
-        d_g_hh = (dA * n_hh).sum((0, 1))
-        d_g_c = (d_cp * c_hat).sum((0, 1))
-        d_b_c = d_cp.sum((0, 1))
         return dA, dh, dc, d_w_hh, d_b_hh, d_g_hh, d_g_c, d_b_c, None
