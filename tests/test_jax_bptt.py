@@ -1,0 +1,116 @@
+"""`jax.bptt` (lax.scan forward + custom_vjp hand-written BPTT) against the float64 reference.
+
+Forward and every gradient (x, h0, c0, each parameter) through the adapter's `jax.vjp`,
+which runs the hand-written backward; float64 to 1e-9, float32 to 2e-5.  Plus
+`check_grads` (the custom_vjp against finite differences), `vmap`, and `jit` of a
+gradient.  XLA compiles dominate, so the configurations are tiny and few.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+jax.config.update("jax_enable_x64", True)  # float64 cases; float32 ones pass explicit dtypes
+
+import jax.numpy as jnp  # noqa: E402
+from jax.test_util import check_grads  # noqa: E402
+
+import jax_impl  # noqa: E402
+from jax_impl import bptt  # noqa: E402
+from jax_impl.adapter import get_adapter  # noqa: E402
+from shared import reference  # noqa: E402
+from shared.params import init_params  # noqa: E402
+from shared.spec import RNNSpec  # noqa: E402
+from shared.tolerances import assert_close  # noqa: E402
+
+ADAPTER = get_adapter("bptt")
+
+
+def _case(spec: RNNSpec, *, T=5, B=4, seed=0, lengths=None, state=False):
+    rng = np.random.default_rng(seed)
+    params = init_params(spec, rng)
+    x = rng.standard_normal((T, B, spec.input_size))
+    shapes = spec.state_shapes(B)
+    h0 = rng.standard_normal(shapes["h"]) if state else None
+    c0 = rng.standard_normal(shapes["c"]) if state and spec.cell == "lstm" else None
+    lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
+    forward = reference.run_case(spec, params, x, h0, c0, lengths)
+    cot = {k: rng.standard_normal(v.shape) for k, v in forward.items()}
+    return params, x, h0, c0, lengths, cot
+
+
+CONFIGS = {
+    "lstm": (RNNSpec("lstm", 3, 4), {}),
+    "lstm_proj_lengths": (RNNSpec("lstm", 3, 4, proj_size=2), dict(lengths=[3, 5, 1, 4])),
+    "gru": (RNNSpec("gru", 3, 4), {}),
+    "gru_nobias_lengths": (RNNSpec("gru", 3, 4, bias=False), dict(lengths=[2, 1, 5, 3])),
+    "lstm_bidir2_states_lengths": (RNNSpec("lstm", 3, 4, num_layers=2, bidirectional=True),
+                                   dict(lengths=[4, 1, 5, 2], state=True)),
+    "lstmp_bidir2_states": (RNNSpec("lstm", 3, 4, num_layers=2, bidirectional=True, proj_size=3, bias=False),
+                            dict(state=True)),
+    "gru_bidir2_states_lengths": (RNNSpec("gru", 3, 4, num_layers=2, bidirectional=True),
+                                  dict(lengths=[5, 3, 1, 2], state=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_forward_and_all_gradients_match_reference_float64(name):
+    spec, kw = CONFIGS[name]
+    params, x, h0, c0, lengths, cot = _case(spec, **kw)
+    expected = reference.run_case(spec, params, x, h0, c0, lengths, cot)
+    got = ADAPTER.run_case(spec, params, x, h0, c0, lengths, cot, dtype="float64")
+    assert set(got) == set(expected)  # a gradient for x, every state given and every parameter
+    assert_close(expected, got, "float64", context=f"jax.bptt {name}")
+
+
+@pytest.mark.parametrize("name", ["lstm_proj_lengths", "gru_bidir2_states_lengths"])
+def test_float32_matches_reference(name):
+    spec, kw = CONFIGS[name]
+    params, x, h0, c0, lengths, cot = _case(spec, seed=1, **kw)
+    expected = reference.run_case(spec, params, x, h0, c0, lengths, cot)
+    got = ADAPTER.run_case(spec, params, x, h0, c0, lengths, cot, dtype="float32")
+    assert_close(expected, got, "float32", context=f"jax.bptt {name} float32")
+
+
+@pytest.mark.parametrize("cell, proj", [("lstm", 2), ("gru", 0)])
+def test_custom_vjp_against_finite_differences(cell, proj):
+    spec = RNNSpec(cell, 2, 3, proj_size=proj)
+    rng = np.random.default_rng(2)
+    params = {k: jnp.asarray(v) for k, v in init_params(spec, rng).items()}
+    x = jnp.asarray(rng.standard_normal((3, 2, 2)))
+    shapes = spec.state_shapes(2)
+    h0 = jnp.asarray(rng.standard_normal(shapes["h"]))
+    hx = (h0, jnp.asarray(rng.standard_normal(shapes["c"]))) if cell == "lstm" else h0
+    lengths = jnp.asarray([3, 1])
+
+    def f(params, x, hx):
+        if cell == "lstm":
+            out, (h_n, c_n) = jax_impl.lstm(params, x, hx, lengths=lengths, proj_size=proj, impl="bptt")
+            return out, h_n, c_n
+        return jax_impl.gru(params, x, hx, lengths=lengths, impl="bptt")
+
+    check_grads(f, (params, x, hx), order=1, modes=("rev",))
+
+
+def test_vmap_and_jit_of_grad_agree_with_scan():
+    """vmap over a batch of problems and a jitted gradient give the same numbers as `scan`."""
+    spec = RNNSpec("lstm", 2, 3)
+    rng = np.random.default_rng(3)
+    params = {k: jnp.asarray(v) for k, v in init_params(spec, rng).items()}
+    xs = jnp.asarray(rng.standard_normal((2, 4, 3, 2)))  # 2 problems of (T=4, B=3, I=2)
+
+    def loss(params, x, impl):
+        out, (h_n, c_n) = jax_impl.lstm(params, x, impl=impl)
+        return jnp.sum(out ** 2) + jnp.sum(h_n * c_n)
+
+    per_problem = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, None)), static_argnums=2)
+    got, want = per_problem(params, xs, "bptt"), per_problem(params, xs, "scan")
+    for k in params:
+        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=0, atol=1e-12, err_msg=k)
+
+
+def test_refuses_other_cells_with_reason():
+    reason = bptt.unsupported_reason(RNNSpec("ln_lstm", 2, 3), lengths=False, dtype="float64")
+    assert reason is not None and "ln_lstm" in reason
