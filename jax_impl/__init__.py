@@ -14,7 +14,8 @@ packed-sequence semantics on a padded x.  The computation runs in x's dtype; par
 states are cast to it.  Static arguments for `jax.jit`: `num_layers`, `bidirectional`,
 `batch_first`, `proj_size`, `impl` and the impl options.
 
-Impls (`IMPLS`, the ladder): `naive`, `scan`, `flax_linen`, `flax_nnx`, `cudnn`;
+Impls (`IMPLS`, the ladder): `naive`, `scan`, `bptt` (scan forward, hand-written backward),
+`flax_linen`, `flax_nnx`, `cudnn`;
 `available_impls()` lists the ones that run here.  Flax NNX modules: `LSTM`, `GRU`.
 
 Other cells of the catalogue (`shared.cells`: `ln_lstm`, `peephole_lstm`,
