@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench_jax.py                 # the S1/S2/S3 table + remat memory
     .venv/bin/python scripts/bench_jax.py --unroll-sweep  # scan's unroll on S3 forward
     .venv/bin/python scripts/bench_jax.py --impls scan,flax_linen --workloads S1 --modes train
+    .venv/bin/python scripts/bench_jax.py --impls scan,bptt --workloads S1 --modes train --threads 1 --rounds 3
 
 Each measurement runs in its own subprocess (no thread-pool fight between torch and
 XLA, clean peak RSS), with the same thread count for both frameworks (`--threads`,
@@ -166,7 +167,7 @@ def main_table(args):
         if ms is None:
             print(f"| {w} | {m} | {name} | {remat} | error: {err} | | | | |")
             continue
-        target = TARGETS.get((w, m)) if name == "jax.scan" and not remat else None
+        target = TARGETS.get((w, m)) if name in ("jax.scan", "jax.bptt") and not remat else None
         print(f"| {w} | {m} | {name} | {'yes' if remat else ''} | {ms:.1f} | {ratio:.2f} | "
               f"{'<= ' + str(target) if target else ''} | {first:.2f} | {'' if temp is None else f'{temp:.0f}'} |")
 
