@@ -198,46 +198,41 @@ def _ln_lstm_forward(xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths, save):
         h' = sigmoid(a_o) * tanh(c')
     (normalise: zero mean, unit biased variance + eps over the features).  Each LN is ATen's
     fused `native_layer_norm`; for the backward it keeps its input, mean and rstd, so that
-    the backward runs ATen's fused `native_layer_norm_backward` per step."""
+    the backward runs ATen's fused `native_layer_norm_backward` per step.  Per-step tensors
+    are kept in lists, not (T, B, .) buffers: a fresh 50 MB buffer is mmapped and page-faulted
+    on every call, while (B, 4H) blocks are recycled by the allocator."""
     T, B, G = xpb.shape
     H = G // 4
-    gates = torch.empty_like(xpb)  # activated [i, f, g, o]
-    recs = torch.empty_like(xpb) if save else None
-    c_raws = xpb.new_empty(T, B, H) if save else None
-    stats = ([], [], [], [])  # mean_hh, rstd_hh, mean_c, rstd_c per step, each (B, 1)
-    hs, cs, tcs = (xpb.new_empty(T, B, H) for _ in range(3))
+    keep = {k: [] for k in ("gates", "rec", "c_raw", "c", "tc", "m_hh", "r_hh", "m_c", "r_c")}
+    hs = []
     w_hh_t = w_hh.t()
     h, c = h0, c0
     for t in range(T):
-        rec = recs[t] if save else xpb.new_empty(B, G)
-        if b_hh is None:
-            torch.mm(h, w_hh_t, out=rec)
-        else:
-            torch.addmm(b_hh, h, w_hh_t, out=rec)
+        rec = torch.mm(h, w_hh_t) if b_hh is None else torch.addmm(b_hh, h, w_hh_t)
         y, m_hh, r_hh = torch.native_layer_norm(rec, (G,), g_hh, None, LN_EPS)
-        a = torch.add(xpb[t], y, out=gates[t])
+        a = y.add_(xpb[t])
         a_i, a_f, a_g, a_o = a.chunk(4, 1)
         a[:, :2 * H].sigmoid_()
         a_g.tanh_()
         a_o.sigmoid_()
-        c_raw = torch.mul(a_f, c, out=c_raws[t]) if save else torch.mul(a_f, c)
-        c_raw.addcmul_(a_i, a_g)
-        c_new, m_c, r_c = torch.native_layer_norm(c_raw, (H,), g_c, b_c, LN_EPS)
-        c = cs[t]
-        c.copy_(c_new)
-        torch.tanh(c, out=tcs[t])
-        h = torch.mul(a_o, tcs[t], out=hs[t])
+        c_raw = torch.mul(a_f, c).addcmul_(a_i, a_g)
+        c, m_c, r_c = torch.native_layer_norm(c_raw, (H,), g_c, b_c, LN_EPS)
+        tc = torch.tanh(c)
+        h = a_o * tc
+        hs.append(h)
         if save:
-            for k, v in enumerate((m_hh, r_hh, m_c, r_c)):
-                stats[k].append(v)
+            for k, v in zip(keep, (a, rec, c_raw, c, tc, m_hh, r_hh, m_c, r_c)):
+                keep[k].append(v)
+        elif lengths is not None:
+            keep["c"].append(c)
+    out = torch.stack(hs)
     if lengths is None:
-        out, h_n, c_n = hs, hs[T - 1], cs[T - 1]
+        h_n, c_n = hs[-1], c
     else:
         valid = (torch.arange(T, device=xpb.device)[:, None] < lengths[None, :]).unsqueeze(-1)
-        out = hs * valid
-        h_n, c_n = _last_valid(hs, lengths), _last_valid(cs, lengths)
-    saved = (gates, recs, c_raws, torch.stack([torch.stack(v) for v in stats]), hs, cs, tcs) if save else None
-    return out, h_n.clone(), c_n.clone(), saved
+        h_n, c_n = _last_valid(out, lengths), _last_valid(torch.stack(keep["c"]), lengths)
+        out = out * valid
+    return out, h_n.clone(), c_n.clone(), (keep, out) if save else None
 
 
 def _ln_grads(d_y, v, mean, rstd, gain, with_bias: bool):
@@ -262,20 +257,24 @@ class _LNLSTMFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths):
-        out, h_n, c_n, saved = _ln_lstm_forward(xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths, save=True)
-        ctx.save_for_backward(h0, c0, w_hh, g_hh, g_c, lengths, *saved)
+        out, h_n, c_n, (keep, _) = _ln_lstm_forward(xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths, save=True)
+        ctx.save_for_backward(h0, c0, w_hh, g_hh, g_c, lengths)
+        ctx.keep = keep  # intermediates only (never an input or output), so kept on ctx
         ctx.has_bias = b_hh is not None
         return out, h_n, c_n
 
     @staticmethod
     def backward(ctx, d_out, d_hn, d_cn):
-        h0, c0, w_hh, g_hh, g_c, lengths, gates, recs, c_raws, stats, hs, cs, tcs = ctx.saved_tensors
-        T, B, G = gates.shape
+        h0, c0, w_hh, g_hh, g_c, lengths = ctx.saved_tensors
+        k = ctx.keep
+        del ctx.keep
+        gates, cs, tcs = k["gates"], k["c"], k["tc"]
+        T = len(gates)
+        B, G = gates[0].shape
         H = G // 4
-        dev = gates.device
-        m_hh, r_hh, m_c, r_c = stats
-        d_h_ext = d_out.clone() if d_out is not None else gates.new_zeros(T, B, H)
-        d_c_ext = gates.new_zeros(T, B, H)
+        dev = h0.device
+        d_h_ext = d_out.clone() if d_out is not None else h0.new_zeros(T, B, H)
+        d_c_ext = h0.new_zeros(T, B, H) if d_cn is not None else None
         rows = torch.arange(B, device=dev)
         if lengths is None:
             last = torch.full((B,), T - 1, device=dev)
@@ -286,12 +285,12 @@ class _LNLSTMFunction(torch.autograd.Function):
             d_h_ext.index_put_((last, rows), d_hn, accumulate=True)
         if d_cn is not None:
             d_c_ext.index_put_((last, rows), d_cn, accumulate=True)
-        dA = torch.empty_like(gates)
-        d_rec = torch.empty_like(gates)
+        dA = h0.new_empty(T, B, G)
+        d_rec = h0.new_empty(T, B, G)
         d_g_hh, d_g_c, d_b_c = torch.zeros_like(g_hh), torch.zeros_like(g_c), torch.zeros_like(g_c)
-        dh = gates.new_zeros(B, H)
-        dc = gates.new_zeros(B, H)
-        tmp = gates.new_empty(B, H)
+        dh = h0.new_zeros(B, H)
+        dc = h0.new_zeros(B, H)
+        tmp = h0.new_empty(B, H)
         for t in range(T - 1, -1, -1):
             i, f, g, o = gates[t].chunk(4, 1)
             c_prev = cs[t - 1] if t > 0 else c0
@@ -300,19 +299,22 @@ class _LNLSTMFunction(torch.autograd.Function):
             dh.add_(d_h_ext[t])
             torch.addcmul(o, o, o, value=-1, out=d_o).mul_(tc).mul_(dh)
             torch.addcmul(o, o, torch.mul(tc, tc, out=tmp), value=-1, out=tmp).mul_(dh)
-            dcp = dc.add_(tmp).add_(d_c_ext[t])  # dL/dc'
-            dc_raw, dg, db = _ln_grads(dcp, c_raws[t], m_c[t], r_c[t], g_c, True)
+            dcp = dc.add_(tmp)  # dL/dc'
+            if d_c_ext is not None:
+                dcp.add_(d_c_ext[t])
+            dc_raw, dg, db = _ln_grads(dcp, k["c_raw"][t], k["m_c"][t], k["r_c"][t], g_c, True)
             d_g_c += dg
             d_b_c += db
             torch.addcmul(i, i, i, value=-1, out=d_i).mul_(g).mul_(dc_raw)
             torch.addcmul(f, f, f, value=-1, out=d_f).mul_(c_prev).mul_(dc_raw)
             torch.addcmul(i, i, torch.mul(g, g, out=d_g), value=-1, out=d_g).mul_(dc_raw)
             dc = dc_raw.mul_(f)
-            d_rec[t], dg, _ = _ln_grads(dA[t], recs[t], m_hh[t], r_hh[t], g_hh, False)
+            d_rec[t], dg, _ = _ln_grads(dA[t], k["rec"][t], k["m_hh"][t], k["r_hh"][t], g_hh, False)
             d_g_hh += dg
             torch.mm(d_rec[t], w_hh, out=dh)
         d_w_hh = torch.mm(d_rec[0].t(), h0)
         if T > 1:
-            d_w_hh.addmm_(d_rec[1:].reshape((T - 1) * B, G).t(), hs[:-1].reshape((T - 1) * B, H))
+            h_prev = torch.stack([i_o.chunk(4, 1)[3] * tc for i_o, tc in zip(gates[:-1], tcs[:-1])])
+            d_w_hh.addmm_(d_rec[1:].reshape((T - 1) * B, G).t(), h_prev.reshape((T - 1) * B, H))
         d_b_hh = d_rec.sum((0, 1)) if ctx.has_bias else None
         return dA, dh, dc, d_w_hh, d_b_hh, d_g_hh, d_g_c, d_b_c, None
