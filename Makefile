@@ -14,7 +14,7 @@ ASV := $(VENV)/bin/asv
 RANGE ?= HEAD~5..HEAD
 BENCH_ARGS ?=
 
-.PHONY: venv run test ladder parity bench bench-quick bench-history bench-publish profile-torch vectors vectors-check gpu-check clean
+.PHONY: venv run test ladder parity parity-quick bench bench-quick bench-history bench-publish profile-torch vectors vectors-check gpu-check clean
 
 venv: $(STAMP)
 
@@ -59,6 +59,9 @@ profile-torch: venv
 
 parity: venv
 	$(PY) -m shared.cli parity
+
+parity-quick: venv
+	$(PY) -m shared.cli parity --quick
 
 vectors: venv
 	$(PY) -m shared.vectors
