@@ -1,0 +1,175 @@
+"""The catalogue cells (ln_lstm, peephole_lstm, gru_reset_before) in JAX: the `scan` impl
+through the adapter vs the float64 NumPy reference (forward and every gradient), the
+functional `jax_impl.rnn` under jit / grad / vmap, the NNX modules loaded from
+torch_impl's modules, and errors that name the problem.
+
+Tiny sizes; XLA compile time dominates, so the configurations share shapes.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+from flax import nnx  # noqa: E402
+
+import jax_impl  # noqa: E402
+from jax_impl.adapter import get_adapter  # noqa: E402
+from shared import reference  # noqa: E402
+from shared.cells import CUSTOM_CELLS  # noqa: E402
+from shared.params import ParamError, init_params  # noqa: E402
+from shared.spec import RNNSpec  # noqa: E402
+from shared.tolerances import assert_close  # noqa: E402
+from test_reference import make_case  # noqa: E402
+
+# One configuration with every option at once (2 layers, bidirectional, batch_first,
+# unsorted lengths, initial states), and one plain with bias=False.
+FULL = dict(input_size=3, hidden_size=4, num_layers=2, bidirectional=True, batch_first=True)
+FULL_T, FULL_B, FULL_LENGTHS = 5, 3, [2, 5, 3]
+PLAIN = dict(input_size=3, hidden_size=4, bias=False)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("cell", CUSTOM_CELLS)
+def test_scan_matches_the_reference_with_every_option(cell, dtype):
+    spec = RNNSpec(cell, **FULL)
+    inputs, cot = make_case(spec, FULL_T, FULL_B, seed=11, initial_state=True, lengths=FULL_LENGTHS)
+    want = reference.run_case(spec, **inputs, cotangents=cot)
+    adapter = get_adapter("scan")
+    assert adapter.unsupported_reason(spec, lengths=True, dtype=dtype) is None
+    got = adapter.run_case(spec, **inputs, cotangents=cot, dtype=dtype)
+    assert sorted(got) == sorted(want)  # every parameter's gradient, the extras' included
+    assert_close(want, got, dtype, context=f"jax.scan {cell} {dtype}")
+
+
+@pytest.mark.parametrize("cell", CUSTOM_CELLS)
+def test_scan_without_bias_or_initial_state(cell):
+    spec = RNNSpec(cell, **PLAIN)
+    inputs, cot = make_case(spec, 4, 2, seed=12, initial_state=False)
+    want = reference.run_case(spec, **inputs, cotangents=cot)
+    got = get_adapter("scan", remat=True).run_case(spec, **inputs, cotangents=cot, dtype="float64")
+    assert sorted(got) == sorted(want)
+    assert_close(want, got, "float64", context=f"jax.scan remat {cell} bias=False")
+
+
+def _params(spec, seed=0):
+    rng = np.random.default_rng(seed)
+    inputs, _ = make_case(spec, 1, 1, seed=seed)
+    return {k: jnp.asarray(v) for k, v in inputs["params"].items()}, rng
+
+
+def test_functional_rnn_under_jit_grad_and_vmap():
+    """`jax_impl.rnn` is a pure function: jit agrees with eager, vmap over unbatched
+    sequences agrees with the batched call, and grad agrees with the reference's."""
+    spec = RNNSpec("ln_lstm", 3, 4)
+    params, rng = _params(spec, 3)
+    x = jnp.asarray(rng.standard_normal((4, 2, 3)))
+    out, (h_n, c_n) = jax_impl.rnn(params, x, cell="ln_lstm")
+    assert out.shape == (4, 2, 4) and h_n.shape == c_n.shape == (1, 2, 4)
+    jit_out, _ = jax.jit(lambda p, x: jax_impl.rnn(p, x, cell="ln_lstm"))(params, x)
+    np.testing.assert_allclose(jit_out, out, rtol=0, atol=1e-12)
+    vmapped = jax.vmap(lambda xb: jax_impl.rnn(params, xb, cell="ln_lstm")[0], in_axes=1, out_axes=1)(x)
+    np.testing.assert_allclose(vmapped, out, rtol=0, atol=1e-12)
+
+    g = rng.standard_normal(out.shape)
+    grads = jax.grad(lambda p: jnp.vdot(jax_impl.rnn(p, x, cell="ln_lstm")[0], g))(params)
+    zeros = {"h_n": np.zeros((1, 2, 4)), "c_n": np.zeros((1, 2, 4))}
+    want = reference.run_case(spec, {k: np.asarray(v) for k, v in params.items()}, np.asarray(x),
+                              cotangents={"output": g, **zeros})
+    for name in spec.param_names():
+        np.testing.assert_allclose(grads[name], want[f"grad/{name}"], rtol=0, atol=1e-9, err_msg=name)
+
+    # gru family: hx is one array, the result (output, h_n)
+    gspec = RNNSpec("gru_reset_before", 3, 4)
+    gparams, _ = _params(gspec, 4)
+    out, h_n = jax_impl.rnn(gparams, x, jnp.zeros((1, 2, 4)), cell="gru_reset_before")
+    assert out.shape == (4, 2, 4) and h_n.shape == (1, 2, 4)
+
+
+torch = pytest.importorskip("torch")
+
+MODULES = [("LayerNormLSTM", "ln_lstm"), ("PeepholeLSTM", "peephole_lstm"), ("ResetBeforeGRU", "gru_reset_before")]
+
+
+@pytest.mark.parametrize("name,cell", MODULES)
+def test_nnx_module_loads_torch_impl_state_dict_and_agrees(name, cell):
+    import torch_impl
+
+    torch.manual_seed(0)
+    tmod = getattr(torch_impl, name)(3, 4, num_layers=2, bidirectional=True, batch_first=True).double()
+    with torch.no_grad():  # move LN gains/biases off ones/zeros so they matter
+        for p in tmod.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    jmod = getattr(jax_impl, name).from_torch(tmod, param_dtype=jnp.float64)
+    assert list(jmod.state_dict()) == list(tmod.state_dict())
+    assert list(jmod.state_dict()) == RNNSpec(cell, **FULL).param_names()
+
+    x = torch.randn(3, 5, 3, dtype=torch.float64)
+    lengths = torch.tensor(FULL_LENGTHS)
+    want = tmod(x, lengths=lengths)
+    got = jmod(x.numpy(), lengths=lengths.numpy())
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), b.detach().numpy(), rtol=0, atol=1e-12),
+                 got, want)
+
+    # load_state_dict into a fresh module gives the same parameters
+    fresh = jax_impl.RNN(cell, 3, 4, num_layers=2, bidirectional=True, batch_first=True,
+                         rngs=nnx.Rngs(1), param_dtype=jnp.float64)
+    fresh.load_state_dict(tmod.state_dict())
+    for k, v in tmod.state_dict().items():
+        np.testing.assert_array_equal(fresh.state_dict()[k], v.numpy())
+
+
+def test_nnx_module_initialises_extras_like_the_catalogue():
+    m = jax_impl.LayerNormLSTM(3, 4, rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(m.layernorm_c_weight_l0[...], np.ones(4))
+    np.testing.assert_array_equal(m.layernorm_ih_bias_l0[...], np.zeros(16))
+    p = jax_impl.PeepholeLSTM(3, 4, rngs=nnx.Rngs(0)).peephole_l0[...]
+    assert p.shape == (12,) and 0 < np.abs(p).max() <= 0.5  # U(-1/sqrt(H), 1/sqrt(H))
+
+
+def test_missing_extra_parameter_is_named():
+    spec = RNNSpec("ln_lstm", 3, 4)
+    params = init_params(spec)
+    del params["layernorm_c_weight_l0"]
+    with pytest.raises(ParamError, match="missing: layernorm_c_weight_l0"):
+        jax_impl.rnn(params, np.zeros((2, 1, 3)), cell="ln_lstm")
+    m = jax_impl.LayerNormLSTM(3, 4, rngs=nnx.Rngs(0))
+    with pytest.raises(ParamError, match="missing: layernorm_c_weight_l0"):
+        m.load_state_dict(params)
+
+
+def test_impls_without_the_cell_table_refuse_with_the_reason():
+    spec = RNNSpec("peephole_lstm", 3, 4)
+    params = init_params(spec)
+    with pytest.raises(jax_impl.UnsupportedConfigError,
+                       match="'flax_linen' implements only lstm and gru.*peepholes.*run any catalogue cell: scan"):
+        jax_impl.rnn(params, np.zeros((2, 1, 3)), cell="peephole_lstm", impl="flax_linen")
+    for key in ("naive", "flax_nnx", "flax_linen"):
+        assert "implements only lstm and gru" in get_adapter(key).unsupported_reason(spec)
+    with pytest.raises(jax_impl.UnsupportedConfigError, match="implements only lstm and gru"):
+        jax_impl.PeepholeLSTM(3, 4, rngs=nnx.Rngs(0), impl="naive")
+
+
+def test_registration_errors_are_clear():
+    from shared.cells import CELL_DEFS, CellDef, register_cell
+
+    with pytest.raises(ValueError, match="cell must be one of"):
+        jax_impl.register_cell("not_in_catalogue", lambda x, s, p: s)
+    with pytest.raises(ValueError, match="implemented by the impls themselves"):
+        jax_impl.register_cell("lstm", lambda x, s, p: s)
+    with pytest.raises(ValueError, match="a different JAX step is already registered for cell 'ln_lstm'"):
+        jax_impl.register_cell("ln_lstm", lambda x, s, p: s)
+    lonely = CellDef("jax_cell_without_step", "gru", ("r", "z", "n"), "no JAX step", "h' = h")
+    register_cell(lonely)
+    try:
+        spec = RNNSpec(lonely.name, 2, 2)
+        with pytest.raises(ValueError, match=r"has no JAX step; add one with "
+                                             r"jax_impl.register_cell\('jax_cell_without_step', step\)"):
+            jax_impl.rnn(init_params(spec), np.zeros((1, 1, 2)), cell=lonely.name)
+        assert "has no JAX step" in get_adapter("scan").unsupported_reason(spec)
+    finally:
+        CELL_DEFS.pop(lonely.name, None)
