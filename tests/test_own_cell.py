@@ -10,8 +10,10 @@ version of the cell (float64, 1e-12), over every option.
 The torch side (section "torch_impl" at the end) is one more function, the step on the
 hoisted input projection, registered with `torch_impl.register_cell`; then
 `torch_impl.RNN("mgu", ...)`, the `eager` and `compile` rungs and the torch adapter (so
-the parity matrix and benchmarks) run it with every option.  The JAX step is added
-beside these by jax_impl.
+the parity matrix and benchmarks) run it with every option.  The JAX side (section
+"jax_impl") is the same step in `jax.numpy`, registered with `jax_impl.register_cell`;
+then `jax_impl.rnn(params, x, cell="mgu", ...)`, `jax_impl.RNN("mgu", ...)` and the
+`scan` impl's adapter (jit, grad, vmap) run it with every option.
 """
 
 from __future__ import annotations
@@ -263,3 +265,84 @@ def test_torch_module_of_the_user_cell(mgu_in_torch):
     assert out.shape == (2, 5, 8) and h_n.shape == (4, 2, 4)
     with pytest.raises(ValueError, match="cuDNN"):
         rnn.backend = "native"
+
+
+# ---- jax_impl: what the user writes for JAX ----------------------------------------------------
+
+def jax_impl_mgu_step(x_proj_t, state, p):
+    """One MGU step for jax_impl: x_proj_t = W_ih x + b_ih (B, 2H), hoisted by the driver for
+    all steps at once (the default `project`); p holds weight_hh, bias_hh (None without bias).
+
+        f  = sigmoid(x_f + h W_hf^T + b_hf)
+        n  = tanh(x_n + (f * h) W_hn^T + b_hn)
+        h' = (1 - f) * h + f * n  (= h + f * (n - h))
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from jax_impl.cells import linear
+
+    (h,) = state
+    x_f, x_n = jnp.split(x_proj_t, 2, axis=-1)
+    w_hf, w_hn = jnp.split(p["weight_hh"], 2)
+    b_hf, b_hn = (None, None) if p["bias_hh"] is None else jnp.split(p["bias_hh"], 2)
+    f = jax.nn.sigmoid(x_f + linear(h, w_hf, b_hf))
+    n = jnp.tanh(x_n + linear(f * h, w_hn, b_hn))
+    return (h + f * (n - h),)
+
+
+@pytest.fixture(scope="module")
+def mgu_in_jax(mgu_registered):
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)  # the float64 checks below
+    import jax_impl
+    import jax_impl.cells as jc
+
+    had = "mgu" in jc.JAX_CELLS
+    jax_impl.register_cell("mgu", jax_impl_mgu_step)
+    yield jax_impl
+    if not had:
+        jc.JAX_CELLS.pop("mgu", None)
+
+
+# scan compiles per shape: two configurations cover every option between them
+JAX_CONFIGS = [TORCH_CONFIGS[1], TORCH_CONFIGS[4]]
+
+
+@pytest.mark.parametrize("config", JAX_CONFIGS,
+                         ids=lambda c: f"{_kw_id(c[0])}-len{int(c[3] is not None)}-h0{int(c[4])}")
+def test_jax_impl_runs_the_user_cell_like_the_reference(mgu_in_jax, config):
+    """Through the jax adapter (what the parity matrix and benchmarks use): float64, 1e-9."""
+    from test_reference import make_case
+
+    from jax_impl.adapter import get_adapter
+    from shared.tolerances import assert_close
+
+    kwargs, T, B, lengths, init = config
+    spec = RNNSpec("mgu", **kwargs)
+    inputs, cot = make_case(spec, T, B, seed=6, initial_state=init, lengths=lengths)
+    want = reference.run_case(spec, **inputs, cotangents=cot)
+    adapter = get_adapter("scan")
+    assert adapter.unsupported_reason(spec, lengths=lengths is not None) is None
+    got = adapter.run_case(spec, **inputs, cotangents=cot, dtype="float64")
+    assert sorted(got) == sorted(want)
+    assert_close(want, got, "float64", context="jax.scan mgu")
+
+
+def test_jax_module_of_the_user_cell(mgu_in_jax):
+    import jax.numpy as jnp
+    from flax import nnx
+
+    jax_impl = mgu_in_jax
+    rnn = jax_impl.RNN("mgu", 3, 4, num_layers=2, bidirectional=True, batch_first=True, rngs=nnx.Rngs(0),
+                       param_dtype=jnp.float64)
+    spec = RNNSpec("mgu", 3, 4, num_layers=2, bidirectional=True, batch_first=True)
+    assert list(rnn.state_dict()) == spec.param_names()
+    x = np.random.default_rng(7).standard_normal((2, 5, 3))
+    out, h_n = rnn(x)
+    assert out.shape == (2, 5, 8) and h_n.shape == (4, 2, 4)
+    want = reference.run_case(spec, rnn.state_dict(), x)
+    np.testing.assert_allclose(out, want["output"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(h_n, want["h_n"], rtol=0, atol=1e-12)
+    with pytest.raises(jax_impl.UnsupportedConfigError, match="implements only lstm and gru, not 'mgu'"):
+        jax_impl.RNN("mgu", 3, 4, rngs=nnx.Rngs(0), impl="flax_nnx")
