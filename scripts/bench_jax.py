@@ -3,6 +3,8 @@
     .venv/bin/python scripts/bench_jax.py                 # the S1/S2/S3 table + remat memory
     .venv/bin/python scripts/bench_jax.py --unroll-sweep  # scan's unroll on S3 forward
     .venv/bin/python scripts/bench_jax.py --impls scan,flax_linen --workloads S1 --modes train
+    .venv/bin/python scripts/bench_jax.py --workloads S1 --modes train --threads 1 \
+        --cell lstm,ln_lstm,peephole_lstm,gru_reset_before      # catalogue cells vs plain nn.LSTM
     .venv/bin/python scripts/bench_jax.py --impls scan,bptt --workloads S1 --modes train --threads 1 --rounds 3
 
 Each measurement runs in its own subprocess (no thread-pool fight between torch and
@@ -15,6 +17,9 @@ compile + run) timed on its own, then the median of repeated calls after warm-up
 "train" is forward + backward (gradients for the params and x, loss <output, g>),
 "forward" is inference (torch under `no_grad`).  Memory: XLA's buffer assignment of the
 compiled train step (`memory_analysis()`: temporaries), with and without `remat`.
+`--cell` (comma-separated catalogue cells, default lstm) runs each jax impl once per
+cell; the torch baseline stays plain `nn.LSTM`, and "vs jax lstm" is each cell's time
+over the same impl's plain lstm in the same run (what the cell costs over the plain one).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ WORKLOADS = {  # name: (T, B, I, H), DESIGN.md section 6
     "S3": (1000, 16, 128, 128),
 }
 TARGETS = {("S1", "train"): 1.2, ("S2", "forward"): 1.0, ("S3", "forward"): 2.0}
+# issue 7: a catalogue cell's S1 forward+backward over plain torch nn.LSTM
+CELL_TARGETS = {("ln_lstm", "S1", "train"): 1.5, ("peephole_lstm", "S1", "train"): 1.3}
 
 
 # ---------------------------------------------------------------------------------
@@ -56,7 +63,7 @@ def worker(args) -> dict:
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:args.threads]))
     T, B, I, H = WORKLOADS[args.workload]
     result = dict(framework=args.framework, impl=args.impl, workload=args.workload, mode=args.mode,
-                  unroll=args.unroll, remat=args.remat, threads=args.threads)
+                  unroll=args.unroll, remat=args.remat, threads=args.threads, cell=args.cell)
     if args.framework == "torch":
         import torch
         torch.set_num_threads(args.threads)
@@ -83,7 +90,7 @@ def worker(args) -> dict:
         from shared.params import init_params
         from shared.spec import RNNSpec
 
-        spec = RNNSpec("lstm", I, H)
+        spec = RNNSpec(args.cell, I, H)
         rng = np.random.default_rng(0)
         params = {k: jnp.asarray(v, jnp.float32) for k, v in init_params(spec, rng).items()}
         x = jnp.asarray(rng.standard_normal((T, B, I)), jnp.float32)
@@ -93,7 +100,7 @@ def worker(args) -> dict:
             options = dict(unroll=args.unroll, remat=args.remat)
 
         def run(params, x):
-            return jax_impl.lstm(params, x, impl=args.impl, **options)[0]
+            return jax_impl.rnn(params, x, cell=args.cell, impl=args.impl, **options)[0]
 
         if args.mode == "forward":
             compiled_fn = jax.jit(run)
@@ -124,9 +131,10 @@ def worker(args) -> dict:
 # driver: subprocesses, interleaved rounds, the table
 
 
-def measure(framework, impl, workload, mode, *, unroll=1, remat=False, threads=2, budget=2.0) -> dict:
+def measure(framework, impl, workload, mode, *, unroll=1, remat=False, threads=2, budget=2.0, cell="lstm") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, impl, workload, mode,
-           "--unroll", str(unroll), "--threads", str(threads), "--budget", str(budget)] + (["--remat"] if remat else [])
+           "--unroll", str(unroll), "--threads", str(threads), "--budget", str(budget),
+           "--cell", cell] + (["--remat"] if remat else [])
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     if proc.returncode != 0:
@@ -141,35 +149,47 @@ def main_table(args):
     for workload, mode in jobs:
         per = {}
         for rnd in range(args.rounds):  # interleave torch and jax within each round
-            variants = [("torch", "native", {})] + [("jax", impl, {"unroll": args.unroll}) for impl in args.impls]
+            variants = [("torch", "native", {})] + [("jax", impl, {"unroll": args.unroll, "cell": cell})
+                                                    for cell in args.cells for impl in args.impls]
             if mode == "train" and "scan" in args.impls and args.remat:
                 variants.append(("jax", "scan", {"unroll": args.unroll, "remat": True}))
             for framework, impl, opts in variants:
                 r = measure(framework, impl, workload, mode, threads=args.threads, budget=args.budget, **opts)
-                key = (framework, impl, r.get("remat", False))
+                key = (framework, impl, r.get("remat", False), opts.get("cell", "lstm"))
                 per.setdefault(key, []).append(r)
                 print("  ", json.dumps(r), file=sys.stderr, flush=True)
-        torch_ms = statistics.median(r["median_ms"] for r in per[("torch", "native", False)] if "median_ms" in r)
-        for (framework, impl, remat), rs in per.items():
+        torch_ms = statistics.median(r["median_ms"] for r in per[("torch", "native", False, "lstm")]
+                                     if "median_ms" in r)
+        medians = {key: statistics.median(r["median_ms"] for r in rs if "median_ms" in r)
+                   for key, rs in per.items() if any("median_ms" in r for r in rs)}
+        for (framework, impl, remat, cell), rs in per.items():
             ok = [r for r in rs if "median_ms" in r]
             if not ok:
-                rows.append((workload, mode, f"{framework}.{impl}", remat, None, None, None, None, rs[0]["error"]))
+                rows.append((workload, mode, f"{framework}.{impl}", cell, remat, None, None, None, None, None,
+                             rs[0]["error"]))
                 continue
-            ms = statistics.median(r["median_ms"] for r in ok)
+            ms = medians[(framework, impl, remat, cell)]
+            plain = medians.get((framework, impl, remat, "lstm")) if framework == "jax" else None
             first = statistics.median(r["first_call_s"] for r in ok)
             temp = ok[0].get("temp_mib")
-            rows.append((workload, mode, f"{framework}.{impl}", remat, ms, ms / torch_ms, first, temp, ""))
+            rows.append((workload, mode, f"{framework}.{impl}", cell, remat, ms, ms / torch_ms,
+                         None if plain is None else ms / plain, first, temp, ""))
     print(f"\nthreads={args.threads}, rounds={args.rounds}, scan unroll={args.unroll}; ratio = time / torch.native "
-          f"time in the same run (median of per-round medians)\n")
-    print("| workload | mode | impl | remat | ms | ratio vs torch.native | target | first call s | XLA temp MiB |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|")
-    for w, m, name, remat, ms, ratio, first, temp, err in rows:
+          f"(plain nn.LSTM) time in the same run (median of per-round medians); vs jax lstm = time / the same "
+          f"impl's plain lstm in the same run\n")
+    print("| workload | mode | impl | cell | remat | ms | ratio vs torch.native | target | vs jax lstm | first call s "
+          "| XLA temp MiB |")
+    print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for w, m, name, cell, remat, ms, ratio, vs_plain, first, temp, err in rows:
         if ms is None:
-            print(f"| {w} | {m} | {name} | {remat} | error: {err} | | | | |")
+            print(f"| {w} | {m} | {name} | {cell} | {remat} | error: {err} | | | | | |")
             continue
-        target = TARGETS.get((w, m)) if name in ("jax.scan", "jax.bptt") and not remat else None
-        print(f"| {w} | {m} | {name} | {'yes' if remat else ''} | {ms:.1f} | {ratio:.2f} | "
-              f"{'<= ' + str(target) if target else ''} | {first:.2f} | {'' if temp is None else f'{temp:.0f}'} |")
+        target = None
+        if name in ("jax.scan", "jax.bptt") and not remat:
+            target = TARGETS.get((w, m)) if cell == "lstm" else CELL_TARGETS.get((cell, w, m))
+        print(f"| {w} | {m} | {name} | {cell} | {'yes' if remat else ''} | {ms:.1f} | {ratio:.2f} | "
+              f"{'<= ' + str(target) if target else ''} | {'' if vs_plain is None else f'{vs_plain:.2f}'} | "
+              f"{first:.2f} | {'' if temp is None else f'{temp:.0f}'} |")
 
 
 def unroll_sweep(args):
@@ -197,6 +217,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed calls per measurement")
+    parser.add_argument("--cell", default="lstm",
+                        help="catalogue cell(s) the jax impls run, comma-separated (worker: one); torch stays nn.LSTM")
     parser.add_argument("--unroll-sweep", action="store_true")
     parser.add_argument("--unrolls", default="1,2,4,8,16,32")
     args = parser.parse_args(argv)
@@ -207,6 +229,7 @@ def main(argv=None):
     args.impls = [s for s in args.impls.split(",") if s]
     args.workloads = [s for s in args.workloads.split(",") if s]
     args.modes = [s for s in args.modes.split(",") if s]
+    args.cells = [s for s in args.cell.split(",") if s]
     args.unrolls = [int(s) for s in args.unrolls.split(",")]
     if args.unroll_sweep:
         unroll_sweep(args)
