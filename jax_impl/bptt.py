@@ -91,14 +91,17 @@ def _lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, valid):
         h_new = o * jnp.tanh(c_new)
         if w_hr_t is not None:
             h_new = h_new @ w_hr_t
-        out = h_new
-        if v is not None:
-            h_new = jnp.where(v, h_new, h)
-            c_new = jnp.where(v, c_new, c)
-            out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
-        return (h_new, c_new), (out, jnp.concatenate([i, f, g, o], axis=-1), h_new, c_new)
+        acts = jnp.concatenate([i, f, g, o], axis=-1)
+        if v is None:  # output = h sequence: emit it once
+            return (h_new, c_new), (h_new, acts, c_new)
+        h_new = jnp.where(v, h_new, h)
+        c_new = jnp.where(v, c_new, c)
+        out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
+        return (h_new, c_new), (out, acts, c_new, h_new)
 
-    (h_n, c_n), (output, acts, h_seq, c_seq) = lax.scan(step, (h0, c0), (x_proj, valid), reverse=reverse)
+    (h_n, c_n), ys = lax.scan(step, (h0, c0), (x_proj, valid), reverse=reverse)
+    output, acts, c_seq = ys[:3]
+    h_seq = output if valid is None else ys[3]
     return (output, h_n, c_n), (acts, h_seq, c_seq)
 
 
@@ -141,7 +144,7 @@ def _lstm_bwd(reverse, res, cot):
         if v is not None:
             dh_prev = dh_prev + jnp.where(v, 0, dh)
             dc_prev = dc_prev + jnp.where(v, 0, dc)
-        return (dh_prev, dc_prev), (da, dh_cand)
+        return (dh_prev, dc_prev), (da, None if w_hr is None else dh_cand)
 
     (dh0, dc0), (da, dh_cand) = lax.scan(step, (d_hn, d_cn), (d_out, acts, c_prev, c_seq, valid),
                                          reverse=not reverse)
@@ -178,13 +181,16 @@ def _gru_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
         r, z = jnp.split(jax.nn.sigmoid(xp_t[:, :2 * H] + gh[:, :2 * H]), 2, axis=-1)
         n = jnp.tanh(xp_t[:, 2 * H:] + r * n_h)
         h_new = (1 - z) * n + z * h
-        out = h_new
-        if v is not None:
-            h_new = jnp.where(v, h_new, h)
-            out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
-        return h_new, (out, jnp.concatenate([r, z, n], axis=-1), n_h, h_new)
+        acts = jnp.concatenate([r, z, n], axis=-1)
+        if v is None:  # output = h sequence: emit it once
+            return h_new, (h_new, acts, n_h)
+        h_new = jnp.where(v, h_new, h)
+        out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
+        return h_new, (out, acts, n_h, h_new)
 
-    h_n, (output, acts, n_h, h_seq) = lax.scan(step, h0, (x_proj, valid), reverse=reverse)
+    h_n, ys = lax.scan(step, h0, (x_proj, valid), reverse=reverse)
+    output, acts, n_h = ys[:3]
+    h_seq = output if valid is None else ys[3]
     return (output, h_n), (acts, n_h, h_seq)
 
 
