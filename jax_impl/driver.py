@@ -170,7 +170,7 @@ def spec_from_params(cell: str, params: Mapping, *, num_layers: int, bidirection
     w_ih, w_hh = np.shape(params["weight_ih_l0"]), np.shape(params["weight_hh_l0"])
     G = len(get_cell(cell).gates)
     if len(w_ih) != 2 or len(w_hh) != 2 or w_hh[0] % G:
-        raise ParamError(f"weight_ih_l0 {w_ih} / weight_hh_l0 {w_hh} are not {cell} weights "
+        raise ParamError(f"weight_ih_l0 {w_ih} / weight_hh_l0 {w_hh} are not {cell.upper()} weights "
                          f"(expected ({G}*hidden_size, input_size) / ({G}*hidden_size, hidden_size))")
     spec = RNNSpec(cell=cell, input_size=int(w_ih[1]), hidden_size=int(w_hh[0] // G), num_layers=num_layers,
                    bias="bias_ih_l0" in params or "bias_hh_l0" in params, batch_first=batch_first,
