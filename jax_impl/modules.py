@@ -11,6 +11,11 @@ arrays) and `from_torch(module)` builds a model from an `nn.LSTM`/`nn.GRU`.  Tra
 any NNX module, e.g. `nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)`.  `dropout`
 acts between layers while the module is in training mode (`model.train()`, the default,
 as PyTorch) and draws keys from the `dropout` stream of `rngs`; `model.eval()` turns it off.
+
+Catalogue cells: `RNN(cell, input_size, hidden_size, ...)` for any cell with a JAX step,
+and `LayerNormLSTM`, `PeepholeLSTM`, `ResetBeforeGRU` (torch_impl's names); their extra
+parameters are named as the catalogue (`layernorm_c_weight_l0`, `peephole_l0`, ...) and
+`from_torch` / `load_state_dict` take torch_impl's modules / state_dicts.
 """
 
 from __future__ import annotations

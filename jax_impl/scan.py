@@ -9,6 +9,10 @@ Per layer and direction:
 LSTM: `b = b_ih + b_hh`.  GRU: `b = b_ih + [b_hr, b_hz, 0]`; `b_hn` stays in the step
 because the reset gate multiplies it.  `proj_size`: `h = (o * tanh(c)) @ W_hr^T`.
 
+Any other catalogue cell (`GENERIC_CELLS`: ln_lstm, peephole_lstm, gru_reset_before, a
+user's own) runs `run_cell_direction`: its `project` hoisted over all T*B rows, then
+`lax.scan` of its `step` from `jax_impl.cells`' table, with the same masking.
+
 Options:
 - `unroll` (int, default `DEFAULT_UNROLL` = 1): steps per loop iteration of
   `lax.scan`.  Unrolling could let XLA fuse across steps and cut the per-iteration
