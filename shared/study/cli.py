@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from .. import registry
+from ..cells import CELL_DEFS
 from ..spec import CELLS
 from .threads import DEFAULT_THREADS
 from .workloads import SWEEP_LEVELS, resolve
@@ -21,10 +22,12 @@ def _csv(value: str) -> list[str]:
 
 
 def _cells(value: str) -> list[str]:
+    # Any catalogue cell (shared.cells: lstm, gru, ln_lstm, peephole_lstm, gru_reset_before, users'
+    # registered cells); implementations that lack one are reported unsupported, with their reason.
     cells = _csv(value)
-    bad = [c for c in cells if c not in CELLS]
+    bad = [c for c in cells if c not in CELL_DEFS]
     if bad or not cells:
-        raise argparse.ArgumentTypeError(f"cells must be among {', '.join(CELLS)}, got {value!r}")
+        raise argparse.ArgumentTypeError(f"cells must be among {', '.join(CELL_DEFS)}, got {value!r}")
     return cells
 
 
@@ -81,7 +84,7 @@ def register(subparsers) -> None:
         "compare", help="the comparative study: implementation x cell x workload, table + report with plots",
         description="Measure every implementation x cell x workload, each in its own subprocess, appending "
                     "JSON lines; then print the table and write report.md, CSV and plots.")
-    p.add_argument("--cells", type=_cells, default=list(CELLS), help="comma-separated: lstm,gru (default both)")
+    p.add_argument("--cells", type=_cells, default=list(CELLS), help="comma-separated catalogue cells, e.g. lstm,gru (default), ln_lstm,peephole_lstm,gru_reset_before")
     p.add_argument("--workloads", type=_workloads, default=None,
                    help=f"workload or profile names (quick, cpu, gpu, S1, S2, S3, ...; default {DEFAULT_WORKLOADS}, "
                         "gpu profile with --device cuda)")
@@ -95,7 +98,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "ladder", help="the ladder (naive -> ... -> native) for one cell: what each rung buys",
         description="Run (or read with --from) only the ladder for one cell and workload; print and plot it.")
-    p.add_argument("--cell", choices=CELLS, default="lstm")
+    p.add_argument("--cell", choices=list(CELL_DEFS), default="lstm")
     p.add_argument("--workload", default="S1", help="workload name (default S1)")
     p.add_argument("--from", dest="from_", type=Path, default=None,
                    help="read this results.jsonl instead of measuring")
