@@ -12,7 +12,10 @@ import importlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .cells import CUSTOM_CELLS, STANDARD_CELLS
 from .spec import RNNSpec
+
+_CATALOGUE_CELLS = STANDARD_CELLS + CUSTOM_CELLS
 
 
 class UnknownImplementationError(KeyError):
@@ -60,6 +63,12 @@ class Implementation:
     def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
         """None if this implementation supports the configuration, else the reason."""
         if spec.cell not in self.cells:
+            if spec.cell not in _CATALOGUE_CELLS:
+                # a user's own cell (registered at run time): the adapter knows whether it runs it
+                try:
+                    return self.adapter().unsupported_reason(spec, lengths=lengths, dtype=dtype)
+                except Exception as e:
+                    return f"{self.name}: cannot run cell {spec.cell!r} ({type(e).__name__}: {e})"
             return f"{self.name} implements only {', '.join(self.cells)}"
         if dtype not in self.dtypes:
             return f"{self.name} supports dtypes {', '.join(self.dtypes)}, not {dtype}"

@@ -55,6 +55,12 @@ def collect(records: list[dict]) -> Results:
     return Results([latest[k] for k in order], roofs, unavailable, metas)
 
 
+def _family(cell: str) -> str:
+    """The plain cell ("lstm"/"gru") a catalogue cell is compared with."""
+    from ..cells import CELL_DEFS
+    return CELL_DEFS[cell].family if cell in CELL_DEFS else cell
+
+
 def _ratio(a, b):
     if a is None or b is None or not b:
         return None
@@ -66,6 +72,8 @@ def table_rows(res: Results) -> list[dict]:
     rows = []
     for m in res.measurements:
         native = res.find(NATIVE, m["cell"], m["workload_name"], m["device"], m["dtype"])
+        if native is None:  # a custom cell has no native kernel: compare with its family's plain cell
+            native = res.find(NATIVE, _family(m["cell"]), m["workload_name"], m["device"], m["dtype"])
         roof = res.roofs.get((m["cell"], m["workload_name"], m["device"]))
         roof_g = roof.get("roof_gflops") if roof else None
         rows.append(dict(

@@ -1,0 +1,42 @@
+"""The one table of implementations: names, errors, availability and capabilities."""
+
+import pytest
+
+from shared import registry
+from shared.cells import CUSTOM_CELLS
+from shared.registry import Implementation, UnknownImplementationError
+from shared.spec import RNNSpec
+
+
+def test_names_are_framework_dot_key_in_ladder_order():
+    names = registry.names()
+    assert names[0] == "torch.naive" and "torch.native" in names and "jax.scan" in names
+    assert all(n.split(".")[0] in ("torch", "jax") for n in names)
+    torch_rungs = [registry.get(n).rung for n in registry.names("torch")]
+    assert torch_rungs == sorted(torch_rungs)
+
+
+def test_unknown_name_lists_the_valid_ones():
+    with pytest.raises(UnknownImplementationError, match=r"unknown implementation 'torch.nope'.*torch\.eager"):
+        registry.get("torch.nope")
+
+
+def test_an_adapter_that_fails_to_load_is_unavailable_with_its_reason():
+    broken = Implementation("torch.broken", "test", 0, adapter_path="shared.spec:no_such_factory")
+    reason = broken.unavailable_reason("cpu")
+    assert reason is not None and "torch.broken" in reason
+    gpu_only = Implementation("jax.gpuonly", "test", 0, devices=("cuda",))
+    assert "only on cuda" in gpu_only.unavailable_reason("cpu")
+
+
+def test_capabilities_name_what_is_missing():
+    naive = registry.get("torch.naive")
+    reason = naive.unsupported_reason(RNNSpec("lstm", 3, 4, proj_size=2))
+    assert "proj_size" in reason and "torch.native" in reason  # names the ones that do support it
+    assert registry.get("torch.native").unsupported_reason(RNNSpec("lstm", 3, 4, proj_size=2)) is None
+    assert "float64" in registry.get("jax.cudnn").unsupported_reason(RNNSpec("lstm", 3, 4), dtype="float64")
+
+
+@pytest.mark.parametrize("cell", CUSTOM_CELLS)
+def test_native_kernels_cannot_run_custom_cells(cell):
+    assert registry.get("torch.native").unsupported_reason(RNNSpec(cell, 3, 4)) is not None
