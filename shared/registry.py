@@ -34,6 +34,8 @@ class Implementation:
     proj_size: bool = False
     lengths: bool = True
     bidirectional: bool = True
+    # why the default study (`make run`) leaves it out; run it with --impls
+    not_in_default_study: str = ""
     adapter_path: str = field(default="", repr=False)  # "module:factory"; default per framework
 
     @property
@@ -101,7 +103,9 @@ _ROWS = [
                    cells=("lstm", "gru", "peephole_lstm", "ln_lstm")),
     Implementation("torch.native", "nn.LSTM / nn.GRU (cuDNN on CUDA, oneDNN on CPU)", 6, proj_size=True),
     # JAX ladder (jax_impl.IMPLS)
-    Implementation("jax.naive", "Python loop over time, cat([x, h]) + one dense per step", 0, proj_size=True),
+    Implementation("jax.naive", "Python loop over time, cat([x, h]) + one dense per step", 0, proj_size=True,
+                   not_in_default_study="XLA traces the unrolled Python loop: its first train step at S1/S2 "
+                                        "takes minutes to compile (over 240 s here)"),
     Implementation("jax.flax_nnx", "Flax NNX's own LSTMCell / GRUCell", 1),
     Implementation("jax.flax_linen", "flax.linen.RNN with OptimizedLSTMCell / GRUCell", 2),
     Implementation("jax.scan", "lax.scan, hoisted input projection, fused gates", 3, proj_size=True,
@@ -117,6 +121,11 @@ def names(framework: str | None = None) -> list[str]:
     """Registered names (optionally of one framework), in ladder order."""
     rows = [r for r in _ROWS if framework is None or r.framework == framework]
     return [r.name for r in sorted(rows, key=lambda r: (r.framework != "torch", r.rung))]
+
+
+def default_study_names() -> list[str]:
+    """What `rnnbench compare` measures without --impls (every name not opted out)."""
+    return [n for n in names() if not REGISTRY[n].not_in_default_study]
 
 
 def get(name: str) -> Implementation:

@@ -40,3 +40,10 @@ def test_capabilities_name_what_is_missing():
 @pytest.mark.parametrize("cell", CUSTOM_CELLS)
 def test_native_kernels_cannot_run_custom_cells(cell):
     assert registry.get("torch.native").unsupported_reason(RNNSpec(cell, 3, 4)) is not None
+
+
+def test_default_study_leaves_out_only_what_says_why():
+    default = registry.default_study_names()
+    assert "torch.native" in default and "jax.naive" not in default
+    for name in set(registry.names()) - set(default):
+        assert registry.get(name).not_in_default_study  # a reason, shown in --help and the README

@@ -59,7 +59,7 @@ def _positive_int(value: str) -> int:
 
 def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impls", type=_impls, default=None,
-                   help="comma-separated implementations (default: every one available here)")
+                   help="comma-separated implementations (default: every one available here except those the registry opts out, e.g. jax.naive, whose compile takes minutes)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--repeats", type=_positive_int, default=10, help="timed calls per phase at most (default 10)")

@@ -301,7 +301,7 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
     done = {r["key"] for r in previous if r.get("key") and r.get("status") in FINAL_STATUSES
             and not (config.retry_failed and r.get("status") == "failed")}
     run_id = uuid.uuid4().hex[:8]
-    names = config.impls or registry.names()
+    names = config.impls or registry.default_study_names()
     for n in names:
         registry.get(n)  # a typo fails here, naming the valid names
     append_record(results, dict(kind="meta", run_id=run_id, started=_now(), argv=config.argv,
