@@ -26,10 +26,10 @@ LSTM = RNNSpec("lstm", 3, 4, num_layers=2, bidirectional=True)
 
 
 def test_impl_names():
-    assert jax_impl.IMPLS == ("naive", "scan", "flax_linen", "flax_nnx", "cudnn")
+    assert jax_impl.IMPLS == ("naive", "scan", "bptt", "flax_linen", "flax_nnx", "cudnn")
     available = jax_impl.available_impls()
-    assert {"naive", "scan", "flax_linen", "flax_nnx"} <= set(available) <= set(jax_impl.IMPLS)
-    with pytest.raises(jax_impl.UnknownImplError, match="valid impls: naive, scan, flax_linen, flax_nnx, cudnn"):
+    assert {"naive", "scan", "bptt", "flax_linen", "flax_nnx"} <= set(available) <= set(jax_impl.IMPLS)
+    with pytest.raises(jax_impl.UnknownImplError, match="valid impls: naive, scan, bptt, flax_linen, flax_nnx, cudnn"):
         jax_impl.lstm(init_params(LSTM), np.zeros((2, 1, 3)), num_layers=2, bidirectional=True, impl="fast")
 
 
