@@ -127,6 +127,25 @@ def test_the_strategy_covers_the_features():
             seen.add(cfg["jax_impl"])
 
     collect()
+    # every feature is drawn; which JAX impls get drawn is left to chance (20 examples over
+    # len(JAX) impls), so each one also gets the seeded all-features case below
     wanted = {"gru", "lstm", "proj", "bidir", "layers2", "batch_first", "no_bias", "lengths", "state", "float32",
-              "float64", *JAX}
+              "float64"}
     assert wanted <= seen, f"never drawn: {sorted(wanted - seen)}"
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("jax_impl", JAX)
+def test_every_jax_impl_on_a_seeded_all_features_configuration(jax_impl, cell):
+    """Every JAX impl, whatever hypothesis drew: 2 layers, bidirectional, batch_first, unsorted lengths
+    with garbage padding, initial states, float64; forward and every gradient vs the reference."""
+    spec = RNNSpec(cell, 3, 4, num_layers=2, batch_first=True, bidirectional=True)
+    lengths = np.array([4, 1, 3], dtype=np.int64)
+    inputs, cot = make_inputs(spec, 4, 3, lengths, True, seed=7)
+    case = _Case(spec, lengths)
+    reason = parity.unsupported_reason(jax_impl, case, "float64")
+    if reason is not None:
+        pytest.skip(reason)
+    expected = reference.run_case(spec, inputs["params"], inputs["x"], inputs["h0"], inputs["c0"], lengths, cot)
+    got = registry.get(jax_impl).adapter().run_case(spec, cotangents=cot, dtype="float64", **inputs)
+    assert_close(expected, got, "float64", context=f"{jax_impl} on {spec}")
