@@ -47,15 +47,7 @@ def names_for(config_name: str) -> list[str]:
             and (n not in SHORT_ONLY or config.seq_len <= 20)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models gain nothing from intra-op threads; on the shared 2-core CPU the idle
-    threads spin and stall every op (a 23 s training run took 380 s with 2 threads)."""
-    torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/conftest.py
 
 
 @lru_cache(maxsize=None)
