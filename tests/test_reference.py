@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from shared import reference
+from shared.cells import CUSTOM_CELLS
 from shared.params import ParamError, init_params
 from shared.spec import RNNSpec
 
@@ -211,7 +212,7 @@ def run_torch_cells(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, co
 
 # (spec, T, B, lengths, initial_state): every option alone and combined.
 CONFIGS = []
-for _cell in ("lstm", "gru"):
+for _cell in ("lstm", "gru") + CUSTOM_CELLS:  # every cell, every option
     CONFIGS += [
         (RNNSpec(_cell, 3, 4), 5, 3, None, False),
         (RNNSpec(_cell, 3, 4), 5, 3, None, True),
@@ -242,23 +243,6 @@ def _config_id(config):
     parts += ["lengths"] if lengths is not None else []
     parts += ["h0"] if init else []
     return "-".join(parts + [f"T{T}B{B}I{spec.input_size}H{spec.hidden_size}"])
-
-
-CUSTOM_CELLS = ("ln_lstm", "peephole_lstm", "gru_reset_before")
-for _cell in CUSTOM_CELLS:
-    CONFIGS += [
-        (RNNSpec(_cell, 3, 4), 5, 3, None, False),
-        (RNNSpec(_cell, 3, 4), 5, 3, None, True),
-        (RNNSpec(_cell, 3, 4, num_layers=2), 4, 2, None, True),
-        (RNNSpec(_cell, 3, 4, bidirectional=True), 4, 3, None, True),
-        (RNNSpec(_cell, 3, 4, batch_first=True), 4, 3, None, True),
-        (RNNSpec(_cell, 3, 4, bias=False), 4, 3, None, True),
-        (RNNSpec(_cell, 3, 4), 5, 4, [3, 5, 1, 2], True),
-        (RNNSpec(_cell, 3, 4, bidirectional=True), 5, 4, [3, 5, 1, 2], False),
-        (RNNSpec(_cell, 2, 3, num_layers=3, bidirectional=True, batch_first=True, bias=False),
-         4, 3, [4, 1, 2], True),
-        (RNNSpec(_cell, 1, 1), 1, 1, None, True),
-    ]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=_config_id)
