@@ -25,6 +25,9 @@ Other cells of the catalogue (`shared.cells`: `ln_lstm`, `peephole_lstm`,
     output, (h_n, c_n) = jax_impl.rnn(params, x, (h0, c0), cell="ln_lstm", ...)   # lstm family
     output, h_n = jax_impl.rnn(params, x, h0, cell="gru_reset_before", ...)       # gru family
 
+`jax_impl.jit(f)` is `jax.jit(f)` with the XLA options rnnbench measures with
+(`jax_impl.xla_options`: on the CPU, YNNPACK fuses the recurrent GEMM with its add).
+
 NNX modules: `LayerNormLSTM`, `PeepholeLSTM`, `ResetBeforeGRU`, or `RNN(cell, ...)` for
 any cell (parameters named as the catalogue: `layernorm_ih_weight_l0`, `peephole_l0`, ...).
 """
@@ -32,10 +35,11 @@ any cell (parameters named as the catalogue: `layernorm_ih_weight_l0`, `peephole
 from __future__ import annotations
 
 from .cells import register_cell
+from .xla_options import jit
 from .driver import (IMPLS, ImplUnavailableError, UnknownImplError, UnsupportedConfigError, available_impls,
                      run, unavailable_reason)
 
-__all__ = ["lstm", "gru", "rnn", "register_cell", "IMPLS", "available_impls", "unavailable_reason", "LSTM", "GRU",
+__all__ = ["lstm", "gru", "rnn", "register_cell", "jit", "IMPLS", "available_impls", "unavailable_reason", "LSTM", "GRU",
            "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU", "UnknownImplError", "ImplUnavailableError", "UnsupportedConfigError"]
 
 

@@ -36,6 +36,14 @@ def _enable_x64_if(dtype: str) -> None:
         jax.config.update("jax_enable_x64", True)
 
 
+def _jit(fn, dev):
+    """`jax.jit` with rnnbench's XLA options for `dev`'s platform (`jax_impl.xla_options`)."""
+    import jax
+
+    from .xla_options import compiler_options
+    return jax.jit(fn, compiler_options=compiler_options(dev.platform) or None)
+
+
 def _device(device: str):
     import jax
     if device not in DEVICES:
@@ -130,7 +138,7 @@ class JaxAdapter:
         # jitted forward compiles twice.
         f = self._function(spec)
         if cotangents is None:
-            out = jax.jit(f)(jx, hx, jparams, jlengths)
+            out = _jit(f, dev)(jx, hx, jparams, jlengths)
             return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
         names = ["output", "h_n"] + (["c_n"] if spec.family == "lstm" else [])
         missing = [k for k in names if k not in cotangents]
@@ -138,7 +146,6 @@ class JaxAdapter:
             raise KeyError(f"cotangents has no {missing} (needs {names})")
         cot = {k: jax.device_put(jnp.asarray(np.asarray(cotangents[k]), dtype=dtype), dev) for k in names}
 
-        @jax.jit
         def forward_backward(x_, hx_, params_, lengths_, cot_):
             out_, vjp = jax.vjp(lambda a, b, c: f(a, b, c, lengths_), x_, hx_, params_)
             for k in names:
@@ -146,7 +153,7 @@ class JaxAdapter:
                     raise ValueError(f"cotangent {k!r} has shape {cot_[k].shape}, expected {out_[k].shape}")
             return out_, vjp(cot_)
 
-        out, (gx, ghx, gparams) = forward_backward(jx, hx, jparams, jlengths, cot)
+        out, (gx, ghx, gparams) = _jit(forward_backward, dev)(jx, hx, jparams, jlengths, cot)
         result = {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
         result["grad/x"] = np.asarray(gx, dtype=np.float64)
         if hx is not None:
@@ -188,14 +195,14 @@ class JaxWorkload:
         x_shape = (batch, seq_len, spec.input_size) if spec.batch_first else (seq_len, batch, spec.input_size)
         self.x = put(rng.standard_normal(x_shape))
         f = adapter._function(spec)
-        self._forward = jax.jit(lambda x, params: f(x, None, params)["output"])
+        self._forward = _jit(lambda x, params: f(x, None, params)["output"], dev)
         out_shape = jax.eval_shape(self._forward, self.x, self.params).shape
         self.g = put(rng.standard_normal(out_shape))
 
         def loss(params, x, g):
             return jnp.vdot(f(x, None, params)["output"], g)
 
-        self._step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+        self._step = _jit(jax.value_and_grad(loss, argnums=(0, 1)), dev)
 
     def forward(self) -> None:
         import jax

@@ -37,6 +37,8 @@ import optax  # noqa: E402
 
 from shared.tasks import Batch, TrainConfig, TrainResult  # noqa: E402
 
+from . import xla_options  # noqa: E402
+
 __all__ = ["clip_by_global_norm_like_torch", "make_optimizer", "train", "hidden_grad_norms", "rnn_apply"]
 
 DTYPES = {"float32": jnp.float32, "float64": jnp.float64}
@@ -123,7 +125,7 @@ def train(config: TrainConfig, impl: str = "scan", dtype: str = "float64", *, cl
           rnn_params: dict | None = None, head_params: dict | None = None) -> TrainResult:
     """Train `config.steps` steps with `jax_impl.lstm/gru(impl=...)`; record every step.
 
-    The whole step (loss, gradients, clipping, update) is one `jax.jit` function; its
+    The whole step (loss, gradients, clipping, update) is one jitted function (`jax_impl.jit`); its
     compilation is included in `seconds`.
     """
     jdt = _jax_dtype(dtype)
@@ -137,7 +139,7 @@ def train(config: TrainConfig, impl: str = "scan", dtype: str = "float64", *, cl
     opt = make_optimizer(config, clip)
     opt_state = opt.init(params)
 
-    @jax.jit
+    @xla_options.jit
     def step(params, opt_state, x, y, lengths, last):
         loss, grads = jax.value_and_grad(partial(_loss, spec, impl))(params, x, y, lengths, last)
         updates, opt_state = opt.update(grads, opt_state, params)
@@ -206,4 +208,4 @@ def _hidden_grad_norm_fn(spec, impl: str, t: int):
 
         return jnp.linalg.norm(jax.grad(loss_of_h)(h_t).ravel())
 
-    return jax.jit(norm)
+    return xla_options.jit(norm)

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_jax.py                 # the S1/S2/S3 table + remat memory
     .venv/bin/python scripts/bench_jax.py --unroll-sweep  # scan's unroll on S3 forward
+    .venv/bin/python scripts/bench_jax.py --xla both      # jax_impl.xla_options vs XLA's defaults
     .venv/bin/python scripts/bench_jax.py --impls scan,flax_linen --workloads S1 --modes train
     .venv/bin/python scripts/bench_jax.py --workloads S1 --modes train --threads 1 \
         --cell lstm,ln_lstm,peephole_lstm,gru_reset_before      # catalogue cells vs plain nn.LSTM
@@ -102,11 +103,12 @@ def worker(args) -> dict:
         def run(params, x):
             return jax_impl.rnn(params, x, cell=args.cell, impl=args.impl, **options)[0]
 
+        # jax_impl.jit: jax.jit with rnnbench's XLA options (RNNBENCH_XLA, set by --xla)
         if args.mode == "forward":
-            compiled_fn = jax.jit(run)
+            compiled_fn = jax_impl.jit(run)
             call_args = (params, x)
         else:
-            compiled_fn = jax.jit(jax.value_and_grad(lambda p, x, g: jnp.vdot(run(p, x), g), argnums=(0, 1)))
+            compiled_fn = jax_impl.jit(jax.value_and_grad(lambda p, x, g: jnp.vdot(run(p, x), g), argnums=(0, 1)))
             call_args = (params, x, g)
             mem = compiled_fn.lower(*call_args).compile().memory_analysis()
             if mem is not None:
@@ -131,16 +133,17 @@ def worker(args) -> dict:
 # driver: subprocesses, interleaved rounds, the table
 
 
-def measure(framework, impl, workload, mode, *, unroll=1, remat=False, threads=2, budget=2.0, cell="lstm") -> dict:
+def measure(framework, impl, workload, mode, *, unroll=1, remat=False, threads=2, budget=2.0, cell="lstm",
+            xla="tuned") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, impl, workload, mode,
            "--unroll", str(unroll), "--threads", str(threads), "--budget", str(budget),
            "--cell", cell] + (["--remat"] if remat else [])
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), RNNBENCH_XLA=xla)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     if proc.returncode != 0:
         return dict(framework=framework, impl=impl, workload=workload, mode=mode, unroll=unroll, remat=remat,
                     error=proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"rc {proc.returncode}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]), xla=xla)
 
 
 def main_table(args):
@@ -149,13 +152,14 @@ def main_table(args):
     for workload, mode in jobs:
         per = {}
         for rnd in range(args.rounds):  # interleave torch and jax within each round
-            variants = [("torch", "native", {})] + [("jax", impl, {"unroll": args.unroll, "cell": cell})
-                                                    for cell in args.cells for impl in args.impls]
+            variants = [("torch", "native", {})] + [("jax", impl, {"unroll": args.unroll, "cell": cell, "xla": xla})
+                                                    for xla in args.xla for cell in args.cells for impl in args.impls]
             if mode == "train" and "scan" in args.impls and args.remat:
                 variants.append(("jax", "scan", {"unroll": args.unroll, "remat": True}))
             for framework, impl, opts in variants:
                 r = measure(framework, impl, workload, mode, threads=args.threads, budget=args.budget, **opts)
-                key = (framework, impl, r.get("remat", False), opts.get("cell", "lstm"))
+                name = impl if framework == "torch" or opts.get("xla", "tuned") == "tuned" else f"{impl}[xla default]"
+                key = (framework, name, r.get("remat", False), opts.get("cell", "lstm"))
                 per.setdefault(key, []).append(r)
                 print("  ", json.dumps(r), file=sys.stderr, flush=True)
         torch_ms = statistics.median(r["median_ms"] for r in per[("torch", "native", False, "lstm")]
@@ -219,6 +223,9 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed calls per measurement")
     parser.add_argument("--cell", default="lstm",
                         help="catalogue cell(s) the jax impls run, comma-separated (worker: one); torch stays nn.LSTM")
+    parser.add_argument("--xla", choices=("tuned", "default", "both"), default="tuned",
+                        help="XLA options of the jax impls: tuned (jax_impl.xla_options, default), XLA's default, "
+                             "or both side by side")
     parser.add_argument("--unroll-sweep", action="store_true")
     parser.add_argument("--unrolls", default="1,2,4,8,16,32")
     args = parser.parse_args(argv)
@@ -230,6 +237,7 @@ def main(argv=None):
     args.workloads = [s for s in args.workloads.split(",") if s]
     args.modes = [s for s in args.modes.split(",") if s]
     args.cells = [s for s in args.cell.split(",") if s]
+    args.xla = ["tuned", "default"] if args.xla == "both" else [args.xla]
     args.unrolls = [int(s) for s in args.unrolls.split(",")]
     if args.unroll_sweep:
         unroll_sweep(args)

@@ -209,3 +209,46 @@ def test_nnx_module_constructor_errors():
         jax_impl.LSTM(3, 4, proj_size=4, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match="unknown options"):
         jax_impl.GRU(3, 4, rngs=nnx.Rngs(0), impl="naive", unroll=2)
+
+
+# ---------------------------------------------------------------------------------
+# jax_impl.jit / xla_options: rnnbench's XLA compiler options
+
+
+def test_xla_options_modes(monkeypatch):
+    from jax_impl import xla_options
+
+    monkeypatch.delenv("RNNBENCH_XLA", raising=False)
+    assert xla_options.compiler_options("cpu") == xla_options.CPU_OPTIONS
+    assert xla_options.compiler_options("gpu") == {}
+    monkeypatch.setenv("RNNBENCH_XLA", "default")
+    assert xla_options.compiler_options("cpu") == {}
+    monkeypatch.setenv("RNNBENCH_XLA", "fast")
+    with pytest.raises(ValueError, match="RNNBENCH_XLA"):
+        xla_options.compiler_options("cpu")
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_jit_with_xla_options_computes_the_same(monkeypatch, cell):
+    """The tuned compilation (YNNPACK dot fusion on the CPU) agrees with XLA's default one in float32."""
+    import jax
+    import jax.numpy as jnp
+
+    import jax_impl
+    from shared.params import init_params
+    from shared.spec import RNNSpec
+
+    monkeypatch.delenv("RNNBENCH_XLA", raising=False)
+    rng = np.random.default_rng(3)
+    spec = RNNSpec(cell, 24, 32)
+    params = {k: jnp.asarray(v, jnp.float32) for k, v in init_params(spec, rng).items()}
+    x = jnp.asarray(rng.standard_normal((12, 5, 24)), jnp.float32)
+
+    def loss(p, x):
+        return jnp.sum(jnp.sin(jax_impl.rnn(p, x, cell=cell)[0]))
+
+    f = jax.value_and_grad(loss, argnums=(0, 1))
+    tuned = jax_impl.jit(f)(params, x)
+    plain = jax.jit(f)(params, x)
+    for a, b in zip(jax.tree_util.tree_leaves(tuned), jax.tree_util.tree_leaves(plain)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=2e-5)
