@@ -26,6 +26,9 @@ def _machine_section(res: Results) -> list[str]:
     lines.append(f"- Threads: {meta.get('threads')} for both frameworks (torch.set_num_threads, OMP/MKL_NUM_THREADS, "
                  f"XLA_FLAGS intra-op threads, CPU affinity where the machine has more cores)")
     lines.append(f"- Device: {meta.get('device')}, dtype {meta.get('dtype')}")
+    if m.get("xla_options"):
+        lines.append(f"- JAX: compiled by `jax_impl.jit` with RNNBENCH_XLA={m['xla_options']} "
+                     f"({'XLA defaults' if m['xla_options'] == 'default' else 'jax_impl/xla_options.py CPU_OPTIONS: YNNPACK dot fusion'})")
     lines.append(f"- Libraries: {versions}; Python {m.get('python')}; {m.get('os')}")
     if m.get("git_commit"):
         lines.append(f"- rnnbench commit: {m['git_commit']}")
