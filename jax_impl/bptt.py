@@ -32,6 +32,10 @@ masking: the reverse direction is a reversed scan, so it starts at each sequence
 valid step); the backward applies the same mask `v`, which zeroes the gate gradients of
 padded steps.  Residuals saved by the forward: the gate activations, the h (and c)
 sequences and, for the GRU, `n_h`.
+
+The catalogue cells `ln_lstm`, `peephole_lstm` and `gru_reset_before` have their own
+custom_vjp directions in `bptt_cells.py` (equations there), dispatched from `run_direction`;
+a user's own cell has no hand-written backward and runs on `scan`.
 """
 
 from __future__ import annotations
@@ -46,15 +50,26 @@ from .driver import LayerParams, layer_from_directions, valid_steps
 from .scan import input_projection
 
 OPTIONS: dict = {}
+# Lets the driver hand catalogue cells to this impl; `unsupported_reason` then refuses the
+# cells without a hand-written backward here (a user's own cell).
+GENERIC_CELLS = True
 
 
 def unavailable_reason() -> str | None:
     return None
 
 
+def hand_written_cells() -> tuple[str, ...]:
+    """The cells with a hand-written backward here: lstm, gru and `bptt_cells.DIRECTIONS`."""
+    from . import bptt_cells  # imports this module's helpers: import on use, not at the top
+    return ("lstm", "gru") + tuple(bptt_cells.DIRECTIONS)
+
+
 def unsupported_reason(spec, *, lengths: bool, dtype: str) -> str | None:
-    if spec.cell not in ("lstm", "gru"):
-        return f"jax.bptt has hand-written backward passes for lstm and gru only, not {spec.cell!r}"
+    cells = hand_written_cells()
+    if spec.cell not in cells:
+        return (f"jax.bptt has hand-written backward passes for {', '.join(cells)} only, not {spec.cell!r}; "
+                "jax.scan runs any registered cell (JAX autodiff)")
     return None
 
 
@@ -253,7 +268,12 @@ def run_direction(cell, p: LayerParams, x, h0, c0, lengths, reverse: bool):
     if cell == "gru":
         output, h_n = gru_direction(reverse, x, h0, p.w_ih, p.w_hh, p.b_ih, p.b_hh, valid)
         return output, h_n, None
-    raise ValueError(f"jax.bptt runs lstm and gru only, not {cell!r}")
+    from . import bptt_cells
+    if cell in bptt_cells.DIRECTIONS:
+        if p.w_hr is not None:
+            raise ValueError(f"cell {cell!r} does not support proj_size (only lstm does)")
+        return bptt_cells.DIRECTIONS[cell](p, x, h0, c0, valid, reverse)
+    raise ValueError(f"jax.bptt runs {', '.join(hand_written_cells())} only, not {cell!r}")
 
 
 run_layer = layer_from_directions(run_direction)

@@ -110,7 +110,8 @@ _ROWS = [
     Implementation("jax.flax_linen", "flax.linen.RNN with OptimizedLSTMCell / GRUCell", 2),
     Implementation("jax.scan", "lax.scan, hoisted input projection, fused gates", 3, proj_size=True,
                    cells=("lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before")),
-    Implementation("jax.bptt", "lax.scan forward + custom_vjp hand-written BPTT, batched weight-grad GEMMs", 4, proj_size=True),
+    Implementation("jax.bptt", "lax.scan forward + custom_vjp hand-written BPTT, batched weight-grad GEMMs", 4, proj_size=True,
+                   cells=("lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before")),
     Implementation("jax.cudnn", "jax.experimental.rnn (cuDNN LSTM)", 5, cells=("lstm",), devices=("cuda",), dtypes=("float32",)),
 ]
 

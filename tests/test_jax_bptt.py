@@ -3,10 +3,15 @@
 Forward and every gradient (x, h0, c0, each parameter) through the adapter's `jax.vjp`,
 which runs the hand-written backward; float64 to 1e-9, float32 to 2e-5.  Plus
 `check_grads` (the custom_vjp against finite differences), `vmap`, and `jit` of a
-gradient.  XLA compiles dominate, so the configurations are tiny and few.
+gradient.  XLA compiles dominate, so the configurations are tiny and few.  The catalogue
+cells (`bptt_cells.py`) also run on every shared vector in tests/test_parity_matrix.py;
+here each gets one all-options case (extras moved off their init, so the gain and
+peephole terms count) and a finite-difference check.
 """
 
 from __future__ import annotations
+
+import types
 
 import jax
 import numpy as np
@@ -28,13 +33,23 @@ from shared.tolerances import assert_close  # noqa: E402
 ADAPTER = get_adapter("bptt")
 
 
+def _params(spec: RNNSpec, rng) -> dict:
+    """init_params with a catalogue cell's extras moved off their init (gains 1, biases 0)."""
+    params = init_params(spec, rng)
+    for e in spec.cell_def.extra_params:
+        for layer, direction in spec.layers_and_directions():
+            name = f"{e.prefix}_{spec.suffix(layer, direction)}"
+            params[name] = params[name] + 0.3 * rng.standard_normal(params[name].shape)
+    return params
+
+
 def _case(spec: RNNSpec, *, T=5, B=4, seed=0, lengths=None, state=False):
     rng = np.random.default_rng(seed)
-    params = init_params(spec, rng)
+    params = _params(spec, rng)
     x = rng.standard_normal((T, B, spec.input_size))
     shapes = spec.state_shapes(B)
     h0 = rng.standard_normal(shapes["h"]) if state else None
-    c0 = rng.standard_normal(shapes["c"]) if state and spec.cell == "lstm" else None
+    c0 = rng.standard_normal(shapes["c"]) if state and spec.family == "lstm" else None
     lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
     forward = reference.run_case(spec, params, x, h0, c0, lengths)
     cot = {k: rng.standard_normal(v.shape) for k, v in forward.items()}
@@ -52,6 +67,10 @@ CONFIGS = {
                             dict(state=True)),
     "gru_bidir2_states_lengths": (RNNSpec("gru", 3, 4, num_layers=2, bidirectional=True),
                                   dict(lengths=[5, 3, 1, 2], state=True)),
+    **{f"{cell}_bidir2_states_lengths": (RNNSpec(cell, 3, 4, num_layers=2, bidirectional=True),
+                                         dict(lengths=[4, 1, 5, 2], state=True))
+       for cell in ("ln_lstm", "peephole_lstm", "gru_reset_before")},
+    "ln_lstm_nobias": (RNNSpec("ln_lstm", 3, 4, bias=False), {}),
 }
 
 
@@ -65,7 +84,7 @@ def test_forward_and_all_gradients_match_reference_float64(name):
     assert_close(expected, got, "float64", context=f"jax.bptt {name}")
 
 
-@pytest.mark.parametrize("name", ["lstm_proj_lengths", "gru_bidir2_states_lengths"])
+@pytest.mark.parametrize("name", ["lstm_proj_lengths", "gru_bidir2_states_lengths", "ln_lstm_bidir2_states_lengths"])
 def test_float32_matches_reference(name):
     spec, kw = CONFIGS[name]
     params, x, h0, c0, lengths, cot = _case(spec, seed=1, **kw)
@@ -74,22 +93,21 @@ def test_float32_matches_reference(name):
     assert_close(expected, got, "float32", context=f"jax.bptt {name} float32")
 
 
-@pytest.mark.parametrize("cell, proj", [("lstm", 2), ("gru", 0)])
+@pytest.mark.parametrize("cell, proj", [("lstm", 2), ("gru", 0), ("ln_lstm", 0), ("peephole_lstm", 0),
+                                        ("gru_reset_before", 0)])
 def test_custom_vjp_against_finite_differences(cell, proj):
     spec = RNNSpec(cell, 2, 3, proj_size=proj)
     rng = np.random.default_rng(2)
-    params = {k: jnp.asarray(v) for k, v in init_params(spec, rng).items()}
+    params = {k: jnp.asarray(v) for k, v in _params(spec, rng).items()}
     x = jnp.asarray(rng.standard_normal((3, 2, 2)))
     shapes = spec.state_shapes(2)
     h0 = jnp.asarray(rng.standard_normal(shapes["h"]))
-    hx = (h0, jnp.asarray(rng.standard_normal(shapes["c"]))) if cell == "lstm" else h0
+    hx = (h0, jnp.asarray(rng.standard_normal(shapes["c"]))) if spec.family == "lstm" else h0
     lengths = jnp.asarray([3, 1])
 
     def f(params, x, hx):
-        if cell == "lstm":
-            out, (h_n, c_n) = jax_impl.lstm(params, x, hx, lengths=lengths, proj_size=proj, impl="bptt")
-            return out, h_n, c_n
-        return jax_impl.gru(params, x, hx, lengths=lengths, impl="bptt")
+        out = jax_impl.rnn(params, x, hx, cell=cell, lengths=lengths, proj_size=proj, impl="bptt")
+        return jax.tree_util.tree_leaves(out)
 
     check_grads(f, (params, x, hx), order=1, modes=("rev",))
 
@@ -111,6 +129,10 @@ def test_vmap_and_jit_of_grad_agree_with_scan():
         np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=0, atol=1e-12, err_msg=k)
 
 
-def test_refuses_other_cells_with_reason():
-    reason = bptt.unsupported_reason(RNNSpec("ln_lstm", 2, 3), lengths=False, dtype="float64")
-    assert reason is not None and "ln_lstm" in reason
+def test_refuses_a_cell_without_a_hand_written_backward():
+    """A user's own cell (registered at run time, e.g. tests/test_own_cell.py's mgu) runs on scan only."""
+    own = types.SimpleNamespace(cell="mgu")  # unsupported_reason reads only the cell name
+    reason = bptt.unsupported_reason(own, lengths=False, dtype="float64")
+    assert reason is not None and "'mgu'" in reason and "jax.scan" in reason
+    for cell in ("lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before"):
+        assert bptt.unsupported_reason(RNNSpec(cell, 2, 3), lengths=True, dtype="float32") is None
