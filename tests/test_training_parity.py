@@ -7,7 +7,11 @@
   sanely (1e-3), not asserted tighter;
 - ||dL/dh_t|| at t = 1, T/2, T is the same for every implementation;
 - the optimizer and clipping formulas agree on their own, without a model;
-- the adding problem is actually learned (MSE < 0.01, against 0.167 for predicting 1).
+- the adding problem is actually learned (MSE < 0.01, against 0.167 for predicting 1);
+- the custom cells of the catalogue (`tp.CUSTOM_CONFIGS`: ln_lstm, peephole_lstm,
+  gru_reset_before) train the same way on every implementation that supports them, and
+  every implementation's first step (loss, gradient norm) equals the float64 NumPy
+  reference's, so that two trainers agreeing on the wrong cell cannot pass.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ jax = pytest.importorskip("jax")
 
 from jax_impl import train as jax_train  # noqa: E402  (turns on jax_enable_x64)
 from shared import training_parity as tp  # noqa: E402
+from shared.cells import CUSTOM_CELLS  # noqa: E402
 from shared.tasks import AddingProblem, SineForecast, TrainConfig, relative_difference  # noqa: E402
 from torch_impl import train as torch_train  # noqa: E402
 
@@ -32,19 +37,20 @@ import optax  # noqa: E402
 
 NAMES = tp.implementations()
 CONFIGS = tp.CONFIGS
-# Compile-bound implementations whose compile time grows with T here: jax.naive unrolls
-# the time loop (forward and backward) into one XLA program, ~85 s at T=50 on the
-# loaded 2-core machine, and torch.compile takes ~30 s per configuration.  The test suite
-# trains them on the short sine configuration only; `rnnbench parity --training` runs
-# them on every configuration.
+# Compile-bound implementations: jax.naive unrolls the time loop (forward and backward)
+# into one XLA program, ~85 s at T=50 on the loaded 2-core machine, and torch.compile
+# takes ~30 s per configuration.  The test suite trains them on the short sine
+# configuration only; `rnnbench parity --training` runs them on every configuration
+# (the custom cells' included).
 SHORT_ONLY = {"jax.naive", "torch.compile"}
+SHORT_CONFIG = "sine-gru-sgd"
 
 
 def names_for(config_name: str) -> list[str]:
     """Implementations trained on this configuration in the tests (supported, and cheap enough)."""
     config = CONFIGS[config_name]
     return [n for n in NAMES if tp.unsupported_reason(n, config) is None
-            and (n not in SHORT_ONLY or config.seq_len <= 20)]
+            and (n not in SHORT_ONLY or config_name == SHORT_CONFIG)]
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/conftest.py
@@ -70,6 +76,17 @@ def test_every_implementation_trains_somewhere_or_says_why():
     assert {"torch.native", "jax.scan"} <= trained
 
 
+def test_every_custom_cell_trains_in_both_frameworks():
+    """torch.optim vs optax for each custom cell; who does not train it says why (the registry)."""
+    assert {c.cell for c in tp.CUSTOM_CONFIGS.values()} == set(CUSTOM_CELLS)
+    assert set(tp.CUSTOM_CONFIGS) <= set(CONFIGS)
+    for cname, config in tp.CUSTOM_CONFIGS.items():
+        names = names_for(cname)
+        assert any(n.startswith("torch.") for n in names) and any(n.startswith("jax.") for n in names), (cname, names)
+        for n in set(NAMES) - set(names):
+            assert n in SHORT_ONLY or tp.unsupported_reason(n, config), f"{n} silently left out of {cname}"
+
+
 # ---- the parity claims ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("config_name,a,b", list(_pairs()))
@@ -84,6 +101,31 @@ def test_float64_loss_curves_agree_step_by_step(config_name, a, b):
     # the clipping decisions and pre-clip gradient norms match too
     np.testing.assert_array_equal(ra.clipped, rb.clipped)
     assert relative_difference(ra.grad_norms, rb.grad_norms).max() <= tp.FLOAT64_RTOL
+
+
+@pytest.mark.parametrize("config_name", list(CONFIGS))
+def test_first_step_equals_the_numpy_reference(config_name):
+    """Loss and pre-clip gradient norm of step 0, every trained implementation, against shared.reference."""
+    config = CONFIGS[config_name]
+    loss, norm = tp.reference_first_step(config)
+    for impl in names_for(config_name):
+        r = curve(config_name, impl)
+        for what, got, want in (("loss", r.losses[0], loss), ("gradient norm", r.grad_norms[0], norm)):
+            rel = float(relative_difference(got, want))
+            assert rel <= tp.FLOAT64_RTOL, f"{impl} on {config_name}: first {what} {got!r} vs reference {want!r}"
+
+
+def test_the_reference_check_tells_gru_reset_before_from_gru():
+    """gru_reset_before has nn.GRU's parameters: a trainer that built a plain GRU for it would
+    load them, and agree with another such trainer, yet fail the first-step reference check.
+    (ln_lstm and peephole_lstm have extra parameters, which a plain module refuses to load.)"""
+    from dataclasses import replace
+
+    config = tp.CUSTOM_CONFIGS["adding-gru_reset_before-adam"]
+    plain = replace(config, cell="gru")
+    np.testing.assert_array_equal(config.initial_params()[0]["weight_hh_l0"], plain.initial_params()[0]["weight_hh_l0"])
+    a, b = tp.reference_first_step(config), tp.reference_first_step(plain)
+    assert relative_difference(np.array(a), np.array(b)).max() > 1e-3, (a, b)
 
 
 @pytest.mark.parametrize("config_name", list(CONFIGS))
