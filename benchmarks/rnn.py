@@ -12,7 +12,14 @@ Environment:
 - RNNBENCH_PROFILE = quick | cpu (default) | gpu: the workloads (`shared.study.workloads`);
 - RNNBENCH_DEVICE = cpu | cuda (default cuda for the gpu profile, else cpu);
 - RNNBENCH_THREADS (default 2): the same intra-op thread count for torch and XLA, set
-  before either is imported.
+  before either is imported;
+- RNNBENCH_CELL_MODULES: comma-separated modules that register your own cells when
+  imported (`shared.cell_modules`); imported here, so their cells join the cell parameter.
+  asv drops PYTHONPATH: make the modules importable with ASV_PYTHONPATH.
+
+Cells: every cell of the catalogue (lstm, gru, ln_lstm, peephole_lstm, gru_reset_before,
+and the ones RNNBENCH_CELL_MODULES registers); the combinations an implementation does not
+run are skipped.
 
 An implementation that cannot run here, or does not support the cell, raises
 NotImplementedError in setup: asv's documented way to skip.  Workloads are built and
@@ -30,6 +37,8 @@ import time
 from functools import lru_cache
 
 from shared import registry
+from shared.cell_modules import import_cell_modules
+from shared.cells import CELL_DEFS
 from shared.study.threads import DEFAULT_THREADS, pin_threads, set_torch_threads
 from shared.study.workloads import profile_from_env
 
@@ -38,9 +47,10 @@ DEVICE = os.environ.get("RNNBENCH_DEVICE") or ("cuda" if PROFILE == "gpu" else "
 THREADS = int(os.environ.get("RNNBENCH_THREADS", DEFAULT_THREADS))
 DTYPE = "float32"
 pin_threads(THREADS)  # before torch / jax are imported (they are, lazily, in setup)
+import_cell_modules()  # users' own cells (after pinning: a cell module may import a framework)
 
 _BY_NAME = {w.name: w for w in WORKLOADS}
-PARAMS = [registry.names(), ["lstm", "gru"], list(_BY_NAME)]
+PARAMS = [registry.names(), list(CELL_DEFS), list(_BY_NAME)]
 PARAM_NAMES = ["impl", "cell", "workload"]
 
 

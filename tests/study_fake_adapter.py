@@ -8,6 +8,7 @@ and whose `run_case` is the float64 reference itself (exact parity), except:
 - "raise": the first forward raises RuntimeError;
 - "hang": the first forward never returns;
 - "hog": the first forward keeps allocating memory.
+Any cell but lstm and gru (a custom cell) takes 2x the time of its plain cell.
 Only tests use this module (via a monkeypatched registry row's adapter_path).
 """
 
@@ -71,7 +72,8 @@ class FakeAdapter:
         return out
 
     def make_workload(self, spec, *, seq_len, batch, dtype="float32", device="cpu", seed=0):
-        return FakeWorkload(self.key, 3.0 if self.key == "slow" else 1.0)
+        custom = 2.0 if spec.cell not in ("lstm", "gru") else 1.0
+        return FakeWorkload(self.key, (3.0 if self.key == "slow" else 1.0) * custom)
 
 
 def get_adapter(key: str) -> FakeAdapter:

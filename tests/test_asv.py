@@ -58,12 +58,15 @@ def test_asv_check_passes(tmp_path):
 def test_unsupported_implementation_skips_through_asv(tmp_path):
     code = ("import benchmarks.rnn as b\n"
             "assert set(b.PARAMS[0]) >= {'torch.native', 'jax.scan'}, b.PARAMS\n"
-            "try:\n    b.RNN().setup('jax.cudnn', 'gru', 'quick')\n"
-            "except NotImplementedError as e:\n    print('skipped:', e)\n")
+            "assert b.PARAMS[1] == ['lstm', 'gru', 'ln_lstm', 'peephole_lstm', 'gru_reset_before'], b.PARAMS\n"
+            "for impl, cell in (('jax.cudnn', 'gru'), ('torch.native', 'ln_lstm')):\n"
+            "    try:\n        b.RNN().setup(impl, cell, 'quick')\n"
+            "    except NotImplementedError as e:\n        print('skipped:', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "skipped: jax.cudnn implements only lstm" in proc.stdout
+    assert "skipped: torch.native implements only lstm, gru" in proc.stdout  # a custom cell nn.LSTM lacks
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="asv needs the git repository to name the commit")

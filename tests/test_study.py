@@ -222,6 +222,100 @@ def test_report_and_plots_are_written(failing_study, tmp_path):
     assert len(csv_lines) == 1 + sum(r.get("kind") == "measurement" for r in records + extra)
 
 
+# ---- custom cells ------------------------------------------------------------------------
+
+CUSTOM = ("lstm", "gru", "ln_lstm", "gru_reset_before")
+
+
+@pytest.fixture(scope="module")
+def custom_study(tmp_path_factory):
+    """Plain cells on the quick workload, and two custom cells that only fake.custom runs (2x slower)."""
+    mp = pytest.MonkeyPatch()
+    rows = [Implementation("torch.native", "fake native", 6, adapter_path=FAKE),
+            Implementation("fake.custom", "fake with custom cells", 3, cells=CUSTOM, adapter_path=FAKE)]
+    mp.setattr(registry, "_ROWS", rows)
+    mp.setattr(registry, "REGISTRY", {r.name: r for r in rows})
+    mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    out = tmp_path_factory.mktemp("custom")
+    config = StudyConfig(out=out, cells=["lstm", "gru"], custom_cells=["ln_lstm", "gru_reset_before"],
+                         workloads=workloads.resolve("quick"), timeout=30, repeats=3, roof=False)
+    try:
+        results = run_study(config, progress=False, log=lambda *a: None)
+        yield out, read_records(results)
+    finally:
+        mp.undo()
+
+
+def test_default_cells_add_the_custom_cells_unless_cells_are_chosen():
+    from shared.study.cli import select_cells
+
+    assert select_cells(None, None) == (["lstm", "gru"], ["ln_lstm", "peephole_lstm", "gru_reset_before"])
+    assert select_cells(["lstm"], None) == (["lstm"], [])  # --cells measures exactly those
+    assert select_cells(["lstm", "ln_lstm"], ["ln_lstm", "gru_reset_before"]) == (["lstm", "ln_lstm"],
+                                                                                  ["gru_reset_before"])
+    assert select_cells(None, []) == (["lstm", "gru"], [])  # --custom-cells none
+    with pytest.raises(SystemExit, match="unknown cell.*'mgu'.*--cell-modules"):
+        select_cells(["lstm", "mgu"], None)
+
+
+def test_custom_cells_are_planned_forward_backward_on_the_first_workload(tmp_path):
+    config = StudyConfig(out=tmp_path, cells=["lstm", "gru"], custom_cells=["ln_lstm", "gru_reset_before"],
+                         workloads=workloads.resolve("S1,S2"))
+    impls = ["torch.native", "fake.slow"]  # rows of the registry as the module's studies left it
+    jobs = runner.plan(config, impls)
+    custom = [j for j in jobs if j["group"] == "custom"]
+    assert {(j["cell"], j["workload_name"], j["impl"]) for j in custom} == {
+        (c, "S1", i) for c in ("ln_lstm", "gru_reset_before") for i in impls}
+    assert all(j["phases"] == ["train"] for j in custom)
+    assert all(j["phases"] == ["forward", "train"] for j in jobs if j["group"] == "main")
+    # each custom cell right after its plain cell's measurements, so the two are measured close in time
+    assert [(j["group"], j["cell"]) for j in jobs] == (
+        [("main", "lstm")] * 4 + [("custom", "ln_lstm")] * 2 + [("main", "gru")] * 4 + [("custom", "gru_reset_before")] * 2)
+    config.custom_workloads = workloads.resolve("S2")
+    assert {j["workload_name"] for j in runner.plan(config, impls) if j["group"] == "custom"} == {"S2"}
+
+
+def test_custom_cells_are_timed_forward_backward_only(custom_study):
+    _, records = custom_study
+    m = {(r["impl"], r["cell"]): r for r in records if r.get("kind") == "measurement"}
+    ln = m["fake.custom", "ln_lstm"]
+    assert ln["status"] == "ok" and ln["group"] == "custom" and ln["train_s"] > 0
+    assert "forward_s" not in ln and "first_forward_s" not in ln
+    assert ln["parity_ok"] is True  # the parity column covers custom cells too
+    assert m["fake.custom", "lstm"]["forward_s"] > 0  # plain cells: both phases
+    skipped = m["torch.native", "gru_reset_before"]
+    assert skipped["status"] == "skipped" and "torch.native implements only lstm, gru" in skipped["reason"]
+
+
+def test_custom_cell_table_compares_with_plain_native_and_the_same_impls_plain_cell(custom_study):
+    from shared.study.table import custom_cell_rows, custom_cell_skips
+
+    _, records = custom_study
+    res = collect(records)
+    rows = {(r["impl"], r["cell"]): r for r in custom_cell_rows(res)}
+    assert set(rows) == {("fake.custom", "ln_lstm"), ("fake.custom", "gru_reset_before")}
+    m = {(r["impl"], r["cell"]): r for r in records if r.get("kind") == "measurement"}
+    for cell, family in (("ln_lstm", "lstm"), ("gru_reset_before", "gru")):
+        row = rows["fake.custom", cell]
+        assert row["family"] == family
+        assert row["train_x_native"] == pytest.approx(m["fake.custom", cell]["train_s"] / m["torch.native", family]["train_s"])
+        assert row["cost_x_plain"] == pytest.approx(m["fake.custom", cell]["train_s"] / m["fake.custom", family]["train_s"])
+        assert 1.4 < row["cost_x_plain"] < 3.0  # the fake's custom cells sleep 2x
+    assert custom_cell_skips(res) == {"torch.native": ["ln_lstm", "gru_reset_before"]}
+
+
+def test_report_has_a_custom_cells_table(custom_study, tmp_path):
+    out, _ = custom_study
+    text = write_report(out / "results.jsonl", tmp_path).read_text()
+    section = text[text.index("## Custom cells"):]
+    assert "| ln_lstm | fake.custom | quick |" in section and "x nn.LSTM |" in section and "x nn.GRU |" in section
+    assert "Plain native on quick (fwd+bwd): nn.LSTM" in section
+    assert "torch.native (ln_lstm, gru_reset_before)" in section
+    results = text[text.index("## Results"):text.index("## Custom cells")]
+    assert "ln_lstm" not in results  # the main table holds the plain cells
+    assert "- torch.native (ln_lstm quick, gru_reset_before quick): torch.native implements only lstm, gru" in text
+
+
 def test_ladder_command_reads_results(failing_study, tmp_path):
     out, _ = failing_study
     proc = subprocess.run([sys.executable, "-m", "shared.cli", "ladder", "--cell", "lstm", "--workload", "quick",

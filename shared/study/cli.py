@@ -7,8 +7,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from .. import registry
-from ..cells import CELL_DEFS
+from .. import cell_modules, registry
+from ..cells import CELL_DEFS, STANDARD_CELLS
 from ..spec import CELLS
 from .threads import DEFAULT_THREADS
 from .workloads import SWEEP_LEVELS, resolve
@@ -21,14 +21,58 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _cells(value: str) -> list[str]:
-    # Any catalogue cell (shared.cells: lstm, gru, ln_lstm, peephole_lstm, gru_reset_before, users'
-    # registered cells); implementations that lack one are reported unsupported, with their reason.
+def _cell_list(value: str) -> list[str]:
+    # Checked against the catalogue only once --cell-modules are imported (see _check_cells).
     cells = _csv(value)
-    bad = [c for c in cells if c not in CELL_DEFS]
-    if bad or not cells:
-        raise argparse.ArgumentTypeError(f"cells must be among {', '.join(CELL_DEFS)}, got {value!r}")
+    if not cells:
+        raise argparse.ArgumentTypeError(f"expected comma-separated cell names, got {value!r}")
     return cells
+
+
+def _check_cells(cells: list[str], option: str) -> list[str]:
+    """Any catalogue cell (shared.cells: lstm, gru, ln_lstm, peephole_lstm, gru_reset_before, and the
+    cells --cell-modules / RNNBENCH_CELL_MODULES register); implementations that lack one are reported
+    unsupported, with their reason."""
+    bad = [c for c in cells if c not in CELL_DEFS]
+    if bad:
+        raise SystemExit(f"rnnbench: {option}: unknown cell(s) {', '.join(map(repr, bad))}; valid: "
+                         f"{', '.join(CELL_DEFS)} (a cell of your own: name the module that registers it with "
+                         f"--cell-modules or {cell_modules.ENV})")
+    return cells
+
+
+def select_cells(cells: list[str] | None, custom: list[str] | None) -> tuple[list[str], list[str]]:
+    """(cells measured in full, custom cells measured forward+backward on the custom workloads).
+
+    Defaults: lstm, gru in full; every other registered cell (the catalogue's custom cells and
+    those --cell-modules register) as custom cells, unless `cells` was given: an explicit
+    --cells measures exactly those.  A cell of `cells` is not measured again as a custom cell.
+    """
+    chosen = _check_cells(cells or list(CELLS), "--cells")
+    if custom is not None:
+        extra = _check_cells(custom, "--custom-cells")
+    else:
+        extra = [] if cells else [c for c in CELL_DEFS if c not in STANDARD_CELLS]
+    return chosen, [c for c in extra if c not in chosen]
+
+
+def _custom_cell_list(value: str) -> list[str]:
+    return [] if value.strip() == "none" else _cell_list(value)
+
+
+def _module_list(value: str) -> list[str]:
+    try:
+        return cell_modules.parse(value)
+    except cell_modules.CellModuleError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _load_cell_modules(args) -> None:
+    """Import RNNBENCH_CELL_MODULES and --cell-modules here, and export them to the workers."""
+    try:
+        cell_modules.export(args.cell_modules or [])
+    except cell_modules.CellModuleError as e:
+        raise SystemExit(f"rnnbench: {e}") from None
 
 
 def _impls(value: str) -> list[str] | None:
@@ -77,6 +121,9 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retry-failed", action="store_true", help="with --resume, measure failed rows again")
     p.add_argument("--no-parity", dest="parity", action="store_false", help="skip the parity column")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.add_argument("--cell-modules", type=_module_list, default=None, metavar="MODULES",
+                   help=f"comma-separated modules that register your own cells when imported; imported here and "
+                        f"in every measurement process (sets {cell_modules.ENV} for them)")
 
 
 def register(subparsers) -> None:
@@ -84,7 +131,16 @@ def register(subparsers) -> None:
         "compare", help="the comparative study: implementation x cell x workload, table + report with plots",
         description="Measure every implementation x cell x workload, each in its own subprocess, appending "
                     "JSON lines; then print the table and write report.md, CSV and plots.")
-    p.add_argument("--cells", type=_cells, default=list(CELLS), help="comma-separated catalogue cells, e.g. lstm,gru (default), ln_lstm,peephole_lstm,gru_reset_before")
+    p.add_argument("--cells", type=_cell_list, default=None,
+                   help="comma-separated cells measured on every workload, forward and forward+backward: "
+                        "lstm,gru (default), or any catalogue cell (ln_lstm, peephole_lstm, gru_reset_before, "
+                        "your own with --cell-modules)")
+    p.add_argument("--custom-cells", type=_custom_cell_list, default=None,
+                   help="cells measured forward+backward only, on --custom-workloads, against the plain cells "
+                        "(the report's custom-cells table); default: every cell of the catalogue but lstm and gru "
+                        "(with those --cell-modules register) when --cells is not given, else none; 'none' for none")
+    p.add_argument("--custom-workloads", type=_workloads, default=None,
+                   help="workloads of --custom-cells (default: the first of --workloads, S1)")
     p.add_argument("--workloads", type=_workloads, default=None,
                    help=f"workload or profile names (quick, cpu, gpu, S1, S2, S3, ...; default {DEFAULT_WORKLOADS}, "
                         "gpu profile with --device cuda)")
@@ -98,7 +154,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "ladder", help="the ladder (naive -> ... -> native) for one cell: what each rung buys",
         description="Run (or read with --from) only the ladder for one cell and workload; print and plot it.")
-    p.add_argument("--cell", choices=list(CELL_DEFS), default="lstm")
+    p.add_argument("--cell", default="lstm",
+                   help="a catalogue cell (default lstm; ln_lstm, ...; your own with --cell-modules)")
     p.add_argument("--workload", default="S1", help="workload name (default S1)")
     p.add_argument("--from", dest="from_", type=Path, default=None,
                    help="read this results.jsonl instead of measuring")
@@ -158,12 +215,15 @@ def _run_or_explain(config, progress: bool):
 def cmd_compare(args) -> int:
     from .report import write_report
     from .runner import DEFAULT_SWEEP_IMPLS, read_records
-    from .table import collect, rich_table, table_rows
+    from .table import collect, custom_cell_rows, custom_rich, rich_table, table_rows
 
+    _load_cell_modules(args)
+    cells, custom = select_cells(args.cells, args.custom_cells)
     workloads = args.workloads or resolve("gpu" if args.device == "cuda" else DEFAULT_WORKLOADS)
     out = _out_dir(args)
-    config = _config(args, out, cells=args.cells, workloads=workloads, sweeps=args.sweeps,
-                     sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS))
+    config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps,
+                     sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS), custom_cells=custom,
+                     custom_workloads=args.custom_workloads or workloads[:1])
     results = _run_or_explain(config, args.progress)
     if results is None:
         return 130
@@ -172,6 +232,10 @@ def cmd_compare(args) -> int:
     console.print(rich_table([r for r in table_rows(res) if r["group"] == "main"],
                              title=f"rnnbench compare ({args.device}, {args.threads} threads, ratios to torch.native "
                                    "from this run)"))
+    custom_rows = custom_cell_rows(res)
+    if custom_rows:
+        console.print(custom_rich(custom_rows, "custom cells (fwd+bwd): ratio to plain nn.LSTM / nn.GRU and "
+                                               "cost over the same implementation's plain cell"))
     for name, reason in res.unavailable.items():
         console.print(f"[dim]unavailable: {name}: {reason}[/dim]")
     report = write_report(results, command="rnnbench " + " ".join(sys.argv[1:]) if config.argv else None)
@@ -184,12 +248,14 @@ def cmd_ladder(args) -> int:
     from .runner import read_records
     from .table import collect, ladder, ladder_markdown, ladder_rich
 
-    if args.from_ is not None:
+    _load_cell_modules(args)
+    if args.from_ is not None:  # reading: a cell of the file needs no registration here
         if not args.from_.exists():
             raise SystemExit(f"--from {args.from_}: no such file")
         results = args.from_
         out = args.out or args.from_.parent
     else:
+        _check_cells([args.cell], "--cell")
         out = _out_dir(args, prefix="ladder-")
         config = _config(args, out, cells=[args.cell], workloads=_workloads(args.workload), sweeps="none")
         results = _run_or_explain(config, args.progress)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from . import plots
 from .runner import read_records
-from .table import (Results, collect, fmt, ladder, ladder_markdown, markdown_table, parity_note, table_rows,
-                    write_csv)
+from .table import (PLAIN_NATIVE, Results, collect, custom_cell_rows, custom_cell_skips, custom_markdown, fmt,
+                    ladder, ladder_markdown, markdown_table, parity_note, table_rows, write_csv)
 
 
 def _machine_section(res: Results) -> list[str]:
@@ -61,6 +61,43 @@ def _roof_section(res: Results) -> list[str]:
     return lines + ["", "(shapes M x K x N; GFLOP/s)", ""]
 
 
+def _custom_section(res: Results) -> list[str]:
+    """The custom cells (ln_lstm, peephole_lstm, gru_reset_before, users' own) against the plain cells."""
+    rows = custom_cell_rows(res)
+    skips = custom_cell_skips(res)
+    if not rows and not skips:
+        return []
+    lines = ["## Custom cells", "",
+             "Forward+backward median times of the catalogue's other cells. `×plain native` is the time over "
+             "torch.native's plain cell of the same family (nn.LSTM for LSTM-family cells, nn.GRU for GRU-family "
+             "ones: a custom cell has no native kernel), measured in this run on the same workload; `cost of the "
+             "cell` is the time over the same implementation running the plain cell: what the cell's extra "
+             "arithmetic costs there. Parity: max abs error of outputs and gradients against the float64 "
+             "reference.", ""]
+    if rows:
+        lines += [custom_markdown(rows), ""]
+        native = {(r["workload"], r["family"]): r["native_train_ms"] for r in rows}
+        for wl in dict.fromkeys(r["workload"] for r in rows):
+            base = [f"{PLAIN_NATIVE.get(f, f)} {fmt(ms, 'ms')} ms" for (w, f), ms in native.items() if w == wl]
+            lines += [f"Plain native on {wl} (fwd+bwd): {', '.join(base)}.", ""]
+    if skips:
+        lines += ["Not measured (the implementation does not run the cell; reasons under Skipped): "
+                  + "; ".join(f"{impl} ({', '.join(cells)})" for impl, cells in skips.items()) + ".", ""]
+    return lines
+
+
+def _skipped_section(rows: list[dict]) -> list[str]:
+    """One line per implementation and reason, naming the cells and workloads it covers."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        what = groups.setdefault((r["impl"], r["reason"]), [])
+        item = f"{r['cell']} {r['workload']}"
+        if item not in what:
+            what.append(item)
+    return ["## Skipped", ""] + [f"- {impl} ({', '.join(items)}): {reason}"
+                                 for (impl, reason), items in groups.items()] + [""]
+
+
 def write_report(results_path: Path, out_dir: Path | None = None, *, command: str | None = None) -> Path:
     """Write report.md, results.csv and the plots next to `results_path`; return report.md's path."""
     results_path = Path(results_path)
@@ -70,7 +107,7 @@ def write_report(results_path: Path, out_dir: Path | None = None, *, command: st
     rows = table_rows(res)
     write_csv(rows, out / "results.csv")
     main_rows = [r for r in rows if r["group"] == "main"]
-    sweep_rows = [r for r in rows if r["group"] != "main"]
+    sweep_rows = [r for r in rows if r["group"].startswith("sweep")]
 
     figures = {
         "ratio_to_native.png": plots.plot_ratio_to_native(res, out / "ratio_to_native.png"),
@@ -94,12 +131,13 @@ def write_report(results_path: Path, out_dir: Path | None = None, *, command: st
     notes = {parity_note(res, r["impl"], r["cell"]) for r in main_rows} - {None}
     if notes:
         lines += [f"Parity cases: {'; '.join(sorted(notes))}.", ""]
+    lines += _custom_section(res)
     failed = [r for r in rows if r["status"] == "failed"]
     skipped = [r for r in rows if r["status"] == "skipped"]
     if failed:
         lines += ["## Failures", ""] + [f"- {r['impl']} {r['cell']} {r['workload']}: {r['reason']}" for r in failed] + [""]
     if skipped:
-        lines += ["## Skipped", ""] + [f"- {r['impl']} {r['cell']} {r['workload']}: {r['reason']}" for r in skipped] + [""]
+        lines += _skipped_section(skipped)
     if res.unavailable:
         lines += ["## Unavailable here", ""] + [f"- {n}: {why}" for n, why in res.unavailable.items()] + [""]
     if figures["ratio_to_native.png"]:

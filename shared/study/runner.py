@@ -192,6 +192,11 @@ class StudyConfig:
     sweeps: str = "none"
     sweep_impls: tuple[str, ...] = DEFAULT_SWEEP_IMPLS
     sweep_cells: tuple[str, ...] = ("lstm",)
+    # Custom cells (ln_lstm, peephole_lstm, gru_reset_before, users' own): forward+backward only,
+    # on `custom_workloads` (default: the first of `workloads`), against the plain cells of the
+    # main group (what `rnnbench compare` runs by default without blowing up its time).
+    custom_cells: list[str] = field(default_factory=list)
+    custom_workloads: list[Workload] = field(default_factory=list)
     resume: bool = False
     retry_failed: bool = False
     roof: bool = True
@@ -226,9 +231,27 @@ def probe_availability(impls: list[str], device: str, timeout: float) -> dict[st
 
 
 def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
-    """The measurement jobs, impl innermost so that one cell+workload is measured together."""
+    """The measurement jobs, impl innermost so that one cell+workload is measured together.
+
+    Groups: "main" (cells x workloads, forward and forward+backward), "custom" (custom cells
+    on custom_workloads, forward+backward only), the sweeps.  Each main cell's custom cells
+    (its family: ln_lstm after lstm) come right after it, so that a custom cell and the plain
+    cell it is compared with are measured close in time.  A key already planned in an
+    earlier group is not planned again.
+    """
+    from ..cells import get_cell
+
     jobs, seen, parity_done = [], set(), set()
-    groups = [("main", config.cells, config.workloads, impls)]
+    groups = []
+    custom, custom_workloads = list(config.custom_cells), config.custom_workloads or config.workloads[:1]
+    for cell in config.cells:
+        groups.append(("main", [cell], config.workloads, impls))
+        family = [c for c in custom if get_cell(c).family == cell]
+        if family:
+            groups.append(("custom", family, custom_workloads, impls))
+            custom = [c for c in custom if c not in family]
+    if custom:  # custom cells whose plain cell is not among the main cells
+        groups.append(("custom", custom, custom_workloads, impls))
     if config.sweeps != "none":
         sweep_impls = [i for i in impls if i in config.sweep_impls]
         cells = [c for c in config.sweep_cells if c in config.cells] or list(config.sweep_cells)
@@ -243,7 +266,7 @@ def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
                         continue
                     seen.add(key)
                     row = registry.get(name)
-                    parity = config.parity and group == "main" and (name, cell) not in parity_done
+                    parity = config.parity and group in ("main", "custom") and (name, cell) not in parity_done
                     if parity:
                         parity_done.add((name, cell))
                     jobs.append(dict(
@@ -252,6 +275,7 @@ def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
                         workload_name=w.name, device=config.device, dtype=config.dtype,
                         threads=config.threads, repeats=config.repeats, budget_s=config.budget_s,
                         warmup=config.warmup, parity=parity, seed=0,
+                        phases=["train"] if group == "custom" else ["forward", "train"],
                         flops_forward=w.flops(cell),
                         adapter_path=row.adapter_path or f"{row.framework}_impl.adapter:get_adapter"))
     return jobs
@@ -318,7 +342,9 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
     jobs = [j for j in plan(config, available) if j["key"] not in done]
     roof_items = []
     if config.roof:
-        pairs = {(j["cell"], j["workload_name"]): j["workload"] for j in plan(config, available)}
+        # the roof of the plain cells; a custom cell's GEMMs are its family's
+        pairs = {(j["cell"], j["workload_name"]): j["workload"] for j in plan(config, available)
+                 if j["group"] != "custom"}
         roof_items = [dict(cell=c, workload=w) for (c, name), w in pairs.items()
                       if roof_key(c, name, config.device) not in done]
     log(f"{len(available)} available, {len(jobs)} measurements to run"

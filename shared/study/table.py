@@ -72,7 +72,9 @@ def table_rows(res: Results) -> list[dict]:
     rows = []
     for m in res.measurements:
         native = res.find(NATIVE, m["cell"], m["workload_name"], m["device"], m["dtype"])
-        if native is None:  # a custom cell has no native kernel: compare with its family's plain cell
+        if native is None or native.get("status") == "skipped":
+            # a custom cell has no native kernel (its torch.native row, if planned, is "skipped"):
+            # compare with its family's plain cell, nn.LSTM or nn.GRU
             native = res.find(NATIVE, _family(m["cell"]), m["workload_name"], m["device"], m["dtype"])
         roof = res.roofs.get((m["cell"], m["workload_name"], m["device"]))
         roof_g = roof.get("roof_gflops") if roof else None
@@ -204,6 +206,92 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer.writeheader()
         for row in rows:
             writer.writerow(row)
+
+
+# ---- custom cells ----------------------------------------------------------------------
+PLAIN_NATIVE = {"lstm": "nn.LSTM", "gru": "nn.GRU"}
+
+
+def is_custom_cell(cell: str) -> bool:
+    """Anything but PyTorch's own two cells: the catalogue's custom cells and users' own."""
+    from ..cells import STANDARD_CELLS
+    return cell not in STANDARD_CELLS
+
+
+def custom_cell_rows(res: Results) -> list[dict]:
+    """One row per measured custom cell x implementation x workload (any group), skipped ones left out.
+
+    Each row adds to `table_rows`' columns: `family` ("lstm"/"gru"), `native_train_ms` (torch.native on
+    the family's plain cell, nn.LSTM/nn.GRU, same workload and run), `plain_train_ms` (the same
+    implementation on the plain cell) and `cost_x_plain` = train_ms / plain_train_ms: what the cell
+    costs over the plain cell in the same implementation.  `train_x_native` is the row's time over
+    nn.LSTM/nn.GRU's.
+    """
+    from ..cells import CELL_DEFS
+
+    out = []
+    for r in table_rows(res):
+        if not is_custom_cell(r["cell"]) or r["status"] == "skipped":
+            continue
+        family = _family(r["cell"])
+        native = res.find(NATIVE, family, r["workload"], r["device"], r["dtype"])
+        plain = res.find(r["impl"], family, r["workload"], r["device"], r["dtype"])
+        native_ms, plain_ms = _ms(native and native.get("train_s")), _ms(plain and plain.get("train_s"))
+        out.append(dict(r, family=family, native_train_ms=native_ms, plain_train_ms=plain_ms,
+                        cost_x_plain=_ratio(r["train_ms"], plain_ms)))
+    workloads = list(dict.fromkeys(r["workload"] for r in out))
+    catalogue = list(CELL_DEFS)  # lstm's family first, then gru's; cells in catalogue order
+    out.sort(key=lambda r: (workloads.index(r["workload"]), r["family"] != "lstm",
+                            catalogue.index(r["cell"]) if r["cell"] in catalogue else len(catalogue), r["cell"],
+                            r["framework"] != "torch", r["framework"] or "", r["rung"] if r["rung"] is not None else 99))
+    return out
+
+
+def custom_cell_skips(res: Results) -> dict[str, list[str]]:
+    """impl -> the custom cells it was not measured on because it does not support them."""
+    skips: dict[str, list[str]] = {}
+    for m in res.measurements:
+        if is_custom_cell(m["cell"]) and m.get("status") == "skipped" and m["cell"] not in skips.get(m["impl"], []):
+            skips.setdefault(m["impl"], []).append(m["cell"])
+    return skips
+
+
+CUSTOM_COLUMNS = [  # (header, key, kind)
+    ("cell", "cell", "str"), ("impl", "impl", "str"), ("workload", "workload", "str"),
+    ("fwd+bwd ms", "train_ms", "ms"), ("×plain native", "train_x_native", "x"),
+    ("same impl, plain cell ms", "plain_train_ms", "ms"), ("cost of the cell (×plain cell)", "cost_x_plain", "x"),
+    ("parity max err", "parity_max_error", "e"),
+]
+
+
+def _custom_cells(r: dict) -> list[str]:
+    cells = [fmt(r[key], kind) if kind != "str" else str(r[key]) for _, key, kind in CUSTOM_COLUMNS]
+    cells[4] += f" {PLAIN_NATIVE.get(r['family'], r['family'])}" if r["train_x_native"] is not None else ""
+    cells[5] += f" ({r['family']})" if r["plain_train_ms"] is not None else ""
+    if r["train_ms"] is None:
+        cells[3] = (r["status"] or "n/a").upper()
+    if r.get("parity_ok") is False:
+        cells[7] += " (over tolerance)"
+    return cells
+
+
+def custom_markdown(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(h for h, _, _ in CUSTOM_COLUMNS) + " |",
+             "|" + "|".join("---" if k == "str" else "---:" for _, _, k in CUSTOM_COLUMNS) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in _custom_cells(r)) + " |")
+    return "\n".join(lines)
+
+
+def custom_rich(rows: list[dict], title: str):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for header, _, kind in CUSTOM_COLUMNS:
+        table.add_column(header, justify="left" if kind == "str" else "right", no_wrap=kind == "str")
+    for r in rows:
+        table.add_row(*_custom_cells(r), style="red" if r["status"] == "failed" else None)
+    return table
 
 
 # ---- the ladder ------------------------------------------------------------------------
