@@ -88,18 +88,18 @@ def import_root(name: str) -> str | None:
 
 
 def export(names: list[str]) -> list[str]:
-    """Import `names` here, then set RNNBENCH_CELL_MODULES (joined with what it held) and
-    PYTHONPATH in os.environ so that subprocesses started from now on import them too.
+    """Import the modules of RNNBENCH_CELL_MODULES and `names` here, then set the variable (both
+    lists) and PYTHONPATH (the directories they were found in) in os.environ, so that
+    subprocesses started from now on import them too.
 
     Returns every module name now in the variable.
     """
-    names = import_cell_modules(names)
-    merged = list(dict.fromkeys(from_env() + names))
+    merged = import_cell_modules(list(dict.fromkeys(from_env() + parse(",".join(names)))))
     if merged:
         os.environ[ENV] = ",".join(merged)
-    roots = [r for r in (import_root(n) for n in names) if r]
+    roots = [r for r in (import_root(n) for n in merged) if r]
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    paths += [r for r in roots if r not in paths]
+    paths = list(dict.fromkeys(paths + roots))
     if paths:
         os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     return merged

@@ -52,6 +52,7 @@ def test_export_sets_the_variable_and_the_path_for_subprocesses(tmp_path, monkey
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     try:
         assert cell_modules.export(["pkg.cells"]) == ["flat_cells", "pkg.cells"]
+        assert {"flat_cells", "pkg.cells"} <= set(sys.modules)  # the variable's modules are imported here too
         assert os.environ[cell_modules.ENV] == "flat_cells,pkg.cells"
         assert os.environ["PYTHONPATH"].split(os.pathsep) == ["/elsewhere", str(tmp_path.resolve())]
         assert cell_modules.import_root("pkg.cells") == str(tmp_path.resolve())
