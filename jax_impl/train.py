@@ -84,13 +84,13 @@ def make_optimizer(config: TrainConfig, clip: str = "torch") -> optax.GradientTr
 
 
 def rnn_apply(spec, impl: str, rnn_params, x, lengths=None, hx=None):
-    """`jax_impl.lstm`/`gru` on time-major x (T, B, I): (output time-major, state)."""
+    """`jax_impl.rnn(cell=spec.cell)` (`lstm`/`gru` or any catalogue cell) on time-major x
+    (T, B, I): (output time-major, state)."""
     import jax_impl
-    fn = jax_impl.lstm if spec.cell == "lstm" else jax_impl.gru
     if spec.batch_first:
         x = jnp.swapaxes(x, 0, 1)
-    out, state = fn(rnn_params, x, hx, lengths=lengths, num_layers=spec.num_layers,
-                    bidirectional=spec.bidirectional, batch_first=spec.batch_first, impl=impl)
+    out, state = jax_impl.rnn(rnn_params, x, hx, cell=spec.cell, lengths=lengths, num_layers=spec.num_layers,
+                              bidirectional=spec.bidirectional, batch_first=spec.batch_first, impl=impl)
     if spec.batch_first:
         out = jnp.swapaxes(out, 0, 1)
     return out, state
@@ -191,7 +191,7 @@ def hidden_grad_norms(config: TrainConfig, impl: str, steps, *, rnn_params=None,
 @lru_cache(maxsize=None)
 def _hidden_grad_norm_fn(spec, impl: str, t: int):
     """jit((rnn, head, x, y) -> ||dL/dh_t||), one compilation per (spec, impl, t) and shape."""
-    is_lstm = spec.cell == "lstm"
+    is_lstm = spec.family == "lstm"  # state (h, c); gru-family cells carry h
 
     def norm(rnn, head, x, y):
         T = x.shape[0]

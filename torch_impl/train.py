@@ -39,10 +39,13 @@ def _torch_dtype(dtype: str) -> torch.dtype:
 
 
 def make_rnn(spec, backend: str) -> nn.Module:
-    """`torch_impl.LSTM`/`GRU(backend=...)`, the drop-in for `nn.LSTM`/`nn.GRU`."""
+    """`torch_impl.LSTM`/`GRU(backend=...)`, the drop-in for `nn.LSTM`/`nn.GRU`; any other
+    catalogue cell (`ln_lstm`, a user's own, ...) is `torch_impl.RNN(spec.cell, ...)`."""
     import torch_impl
-    cls = torch_impl.LSTM if spec.cell == "lstm" else torch_impl.GRU
-    return cls(**spec.torch_kwargs(), backend=backend)
+    if spec.cell in ("lstm", "gru"):
+        cls = torch_impl.LSTM if spec.cell == "lstm" else torch_impl.GRU
+        return cls(**spec.torch_kwargs(), backend=backend)
+    return torch_impl.RNN(spec.cell, **spec.torch_kwargs(), backend=backend)
 
 
 class RNNRegressor(nn.Module):
