@@ -1,73 +1,92 @@
 """`bptt` for the catalogue cells: `ln_lstm`, `peephole_lstm`, `gru_reset_before`.
 
-Same scheme as `bptt.py` (read its docstring first): a `lax.scan` forward that saves the
-gate activations, and a `jax.custom_vjp` whose backward scan does only the inherently
+Same scheme as `bptt.py` (read its docstring first): a `lax.scan` forward that saves what
+the backward needs, and a `jax.custom_vjp` whose backward scan does only the inherently
 sequential work -- the state derivatives and the recurrent product `dG_t W` -- and emits
-per-step gradients; everything else (the weight, bias, gain and peephole gradients, the
-input gradient, and `ln_lstm`'s input-side LayerNorm backward) is done afterwards over
-all T*B rows at once.  Each cell's forward computes exactly `jax_impl/cells.py`'s step
-(which `scan` runs), and its backward is `shared/reference.py`'s step backward,
-reorganised so that only the sequential part stays in the loop.
+the per-step gate gradients; the weight and input gradients are then one GEMM each over
+all T*B rows.  Each forward computes `jax_impl/cells.py`'s step (what `scan` runs); each
+backward is `shared/reference.py`'s step backward, reorganised so that only the
+sequential part stays in the loop.
 
 Notation: `v` is the step's validity mask (t < len; all ones without lengths), `dh'` and
 `dc'` the gradients reaching the step's new state (`dh' = v (dh + dout_t)`,
 `dc' = v dc`); on a padded step every emitted gradient is zero and the carry passes
 through (`dh <- (1 - v) dh + ...`), which is `scan`'s masking differentiated.
 
+What the CPU measurements (XLA 0.10.2, S1 forward+backward, 1 thread) decided:
+
+- the biases are added inside the step, fused with the recurrent GEMM's output, not to the
+  hoisted projection: `x W^T + b` over all T*B rows writes the 52 MB projection twice
+  (GEMM, then the add), `x W^T` alone once;
+- each weight gradient is computed as `(X^T dG)^T` behind `lax.optimization_barrier`
+  (`_weight_grad`): XLA otherwise folds the transpose into the GEMM and runs
+  `dG^T X` with the large (T*B, G*H) operand transposed, about 1.8x slower;
+- column sums over all T*B rows go through a GEMV with a ones vector (`_sum_rows`):
+  XLA's own reduction of a (T, B, N) array over (T, B) is ~10x slower with
+  `jax_impl.xla_options`' YNNPACK fusion setting;
+- sums a step can produce while its operands are in cache (the LayerNorm gain gradients,
+  the peephole gradients) are accumulated in the backward scan's carry, row by row
+  ((B, N) additions, no reduction in the loop), and reduced over the batch once at the
+  end: after the loop each would be a product of two 52 MB arrays and a sum;
+- every (T, B, 4H) array saved is a fresh 52 MB buffer per call (page faults on the
+  CPU), so `ln_lstm` saves its pre-norm input projection and normalised recurrent half
+  and recomputes its gate activations in the backward instead of saving them.
+
 ln_lstm (LN(v) = (v - mean v) / sqrt(var v + 1e-5) * gain + beta, over the last axis)
 -------
-Forward.  Hoisted over all T*B rows: `gi = x W_ih^T + b_ih`, its statistics, and
+Both gate LayerNorms act on linear maps, so their mean pass is folded into the weights:
+with `P` the centring over the 4H output rows (`P W = W - mean_rows(W)`),
+`LN(x W^T + b)` only needs `v = x (P W)^T + P b`, which has zero mean already.
 
-    x_proj = LN_ih(gi) + beta_hh               (beta_hh is additive in every gate)
+Forward.  Hoisted: `gi = x (P W_ih)^T` for all T*B rows.  Per step:
 
-Per step, with the recurrent weights centred over their 4H output rows once,
-`W_c = W_hh - mean_rows(W_hh)`, `b_c = b_hh - mean(b_hh)`:
+    vi = gi_t + P b_ih;   rstd_i = 1 / sqrt(mean(vi^2) + eps)          (LN_ih, no mean pass)
+    vh = h (P W_hh)^T + P b_hh;   gh_hat = vh / sqrt(mean(vh^2) + eps)  (LN_hh, no mean pass)
+    a = gain_ih rstd_i vi + gain_hh gh_hat + beta_ih + beta_hh
+    i, f, o = sigmoid(a_i, a_f, a_o);  g = tanh(a_g)
+    c_hat = normalise(f c + i g);  c' = gain_c c_hat + beta_c;  h' = o tanh(c')
 
-    r = h W_c^T + b_c                          (= rec - mean(rec) for rec = h W_hh^T + b_hh)
-    gh_hat = r / sqrt(mean(r^2) + eps)         (LN_hh without its mean pass)
-    a = x_proj_t + gain_hh gh_hat;  i, f, o = sigmoid(a_i, a_f, a_o);  g = tanh(a_g)
-    c_raw = f c + i g;  c_hat = normalise(c_raw);  c' = gain_c c_hat + beta_c;  h' = o tanh(c')
+Saved: gi, gh_hat, rstd_i, rstd_h, c_hat, rstd_c and the h, c sequences.
 
-Backward, per step (reversed):
+Backward, per step (reversed), the gates recomputed from gi, rstd_i and gh_hat:
 
-    dc_n  = dc' + dh' o (1 - tanh^2 c')                     (emitted: LN_c's gain/beta grads)
-    dc_raw = rstd_c (dv - mean(dv) - c_hat mean(dv c_hat)),   dv = gain_c dc_n
-    da = [dc_raw g i(1-i), dc_raw c f(1-f), dc_raw i (1-g^2), dh' tanh(c') o(1-o)]   (emitted)
-    u = rstd_h (dw - gh_hat mean(dw gh_hat)),   dw = gain_hh da                       (emitted)
-    dh <- u W_c;  dc <- dc_raw f
+    dc_n = dc' + dh' o (1 - tanh^2 c')
+    dc_raw = rstd_c (dw_c - mean(dw_c) - c_hat mean(dw_c c_hat)),   dw_c = gain_c dc_n
+    da = [dc_raw g i(1-i), dc_raw c f(1-f), dc_raw i (1-g^2), dh' tanh(c') o(1-o)]      (emitted)
+    m_h = mean(gain_hh da gh_hat);  m_i = mean(gain_ih da rstd_i vi)                     (emitted)
+    dh <- rstd_h (gain_hh da - gh_hat m_h) (P W_hh);  dc <- dc_raw f
+    carry sums of da gi_hat, da, da gh_hat, dc_n c_hat, dc_n    (gi_hat = rstd_i vi)
 
-`u` is LN_hh's backward without its `- mean(dw)` term: that term is constant over the
-4H features and `W_c`'s columns sum to zero, so `u W_c` equals `dgh W_hh` for the true
-`dgh = u - mean(u)` (one reduction per step saved, as the centred weights save one in
-the forward).  After the loop, over all T*B rows:
+`rstd (gain da - v_hat m)` is LN's backward without its `- mean(.)` term: that term is
+constant over the 4H features and `P W`'s columns sum to zero, so it drops out of
+`dh`; for the weights, `P` applied to the gradient puts it back.  After the loop:
 
-    dgi = LN_ih backward of da;  dW_ih = dgi^T X;  db_ih = sum dgi;  dx = dgi W_ih
-    dW_hh = P (u^T H_prev);  db_hh = P sum u      (P: subtract the mean over the 4H rows,
-                                                   the transpose of the centring)
-    dgain_ih = sum da gi_hat;  dgain_hh = sum da gh_hat;  dbeta_ih = dbeta_hh = sum da
-    dgain_c = sum dc_n c_hat;  dbeta_c = sum dc_n
+    dgi = rstd_i (gain_ih da - rstd_i vi m_i);  u = rstd_h (gain_hh da - gh_hat m_h)
+    dW_ih = P (dgi^T X);  db_ih = P sum dgi;  dx = dgi (P W_ih)
+    dW_hh = P (u^T H_prev);  db_hh = P sum u
+    dgain_ih, dbeta_ih = dbeta_hh, dgain_hh, dgain_c, dbeta_c: the carried sums, summed over the batch
 
 peephole_lstm (peephole = [p_i, p_f, p_o])
 -------------
-Forward (x_proj = x W_ih^T + b_ih + b_hh hoisted):
+Forward (x_proj = x W_ih^T hoisted, b = b_ih + b_hh):
 
-    a = x_proj_t + h W_hh^T;  i = sigmoid(a_i + p_i c);  f = sigmoid(a_f + p_f c);  g = tanh(a_g)
+    a = x_proj_t + h W_hh^T + b;  i = sigmoid(a_i + p_i c);  f = sigmoid(a_f + p_f c);  g = tanh(a_g)
     c' = f c + i g;  o = sigmoid(a_o + p_o c');  h' = o tanh(c')
 
 Backward, per step:
 
     dz_o = dh' tanh(c') o(1-o);  dcc = dc' + dh' o (1 - tanh^2 c') + p_o dz_o
     dz_i = dcc g i(1-i);  dz_f = dcc c f(1-f);  dz_g = dcc i (1-g^2);  da = [dz_i, dz_f, dz_g, dz_o]
-    dh <- da W_hh;  dc <- dcc f + p_i dz_i + p_f dz_f
+    dh <- da W_hh;  dc <- dcc f + p_i dz_i + p_f dz_f;  carry sums of dz_i c, dz_f c, dz_o c'
 
-After the loop: `dW_ih | dW_hh = da^T [X, H_prev]` (one GEMM), `db_ih = db_hh = sum da`,
-`dx = da W_ih`, `dpeephole = [sum dz_i C_prev, sum dz_f C_prev, sum dz_o C]`.
+After the loop: `dW_ih = da^T X`, `dW_hh = da^T H_prev`, `db_ih = db_hh = sum da`,
+`dx = da W_ih`, `dpeephole` = the carried sums summed over the batch.
 
 gru_reset_before (W_hh = [W_hr; W_hz; W_hn])
 ----------------
-Forward (x_proj = x W_ih^T + b_ih + b_hh hoisted; every bias is additive):
+Forward (x_proj = x W_ih^T hoisted, b = b_ih + b_hh; every bias is additive):
 
-    r, z = sigmoid(x_proj_{r,z} + h W_h{r,z}^T);  n = tanh(x_proj_n + (r h) W_hn^T)
+    r, z = sigmoid(x_proj_{r,z} + b_{r,z} + h W_h{r,z}^T);  n = tanh(x_proj_n + b_n + (r h) W_hn^T)
     h' = n + z (h - n)
 
 Backward, per step (two dependent GEMMs, as the forward):
@@ -87,37 +106,48 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .bptt import _flat_gemm_t, _previous
+from .bptt import _previous
 from .cells import LN_EPS
 
+# ---------------------------------------------------------------------------------
+# helpers
 
-def _project(x: jax.Array, w_ih: jax.Array, bias: jax.Array | None) -> jax.Array:
-    """x W_ih^T (+ bias) for all T*B rows in one GEMM, (T, B, G*H)."""
+
+def _project(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x W^T for all T*B rows in one GEMM, (T, B, G*H) (biases are added in the step)."""
     T, B, I = x.shape
-    out = (x.reshape(T * B, I) @ w_ih.T).reshape(T, B, -1)
-    return out if bias is None else out + bias
+    return (x.reshape(T * B, I) @ w.T).reshape(T, B, -1)
 
 
 def _add(a, b):
-    """a + b where either may be None (an absent bias)."""
-    return a if b is None else (b if a is None else a + b)
+    """a + b where b may be None (an absent bias)."""
+    return a if b is None else a + b
+
+
+def _weight_grad(dg: jax.Array, inp: jax.Array) -> jax.Array:
+    """sum over t, b of dg[t, b, :, None] * inp[t, b, None, :]: (G*H, K).
+
+    Computed as (inp^T dg)^T with the transpose kept out of the GEMM by an optimization
+    barrier: XLA would otherwise fold it in and run the slower dg^T inp form.
+    """
+    inp2, dg2 = inp.reshape(-1, inp.shape[-1]), dg.reshape(-1, dg.shape[-1])
+    return lax.optimization_barrier(inp2.T @ dg2).T
 
 
 def _sum_rows(a: jax.Array) -> jax.Array:
-    return jnp.sum(a, axis=(0, 1))
-
-
-def _mask_carry(v, new, old):
-    """The carry after a step: the step's value where valid, `old` passed through where padded."""
-    return new if v is None else new + jnp.where(v, 0, old)
+    """Sum over all leading axes, as a GEMV with a ones vector (see the module docstring)."""
+    a2 = a.reshape(-1, a.shape[-1])
+    return jnp.ones((a2.shape[0],), a.dtype) @ a2
 
 
 def _valid_only(v, a):
+    """a on valid steps, 0 on padded ones (v None: no lengths)."""
     return a if v is None else jnp.where(v, a, 0)
 
 
-# ---------------------------------------------------------------------------------
-# ln_lstm
+def _mask_carry(v, new, old):
+    """The carry after a step: `new` where valid; on a padded step `new` is 0 and `old` passes."""
+    return new if v is None else new + jnp.where(v, 0, old)
 
 
 def _normalise(v: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -133,33 +163,42 @@ def _ln_backward(dv: jax.Array, v_hat: jax.Array, rstd: jax.Array) -> jax.Array:
                    - v_hat * jnp.mean(dv * v_hat, axis=-1, keepdims=True))
 
 
-def _centred_rows(a: jax.Array) -> jax.Array:
-    """a minus its mean over the first axis (the 4H gate rows)."""
+def _centred(a: jax.Array) -> jax.Array:
+    """P a: a minus its mean over the first axis (the 4H gate rows of a weight, bias or gradient)."""
     return a - jnp.mean(a, axis=0, keepdims=True)
 
 
+# ---------------------------------------------------------------------------------
+# ln_lstm
+
+
+def _ln_lstm_gates(vi, rstd_i, gh_hat, g_ih, g_hh, beta):
+    """i, f, g, o from the input half before its norm (vi, rstd_i) and the normalised recurrent half."""
+    a = vi * rstd_i * g_ih + gh_hat * g_hh + beta
+    i, f, g, o = jnp.split(a, 4, axis=-1)
+    return jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+
+
 def _ln_lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, g_ih, be_ih, g_hh, be_hh, g_c, be_c, valid):
-    gi_hat, rstd_i = _normalise(_project(x, w_ih, b_ih))
-    x_proj = gi_hat * g_ih + (be_ih + be_hh)
-    # centred recurrent weights: the GEMM yields rec - mean(rec), so LN_hh needs no mean pass
-    w_c_t = _centred_rows(w_hh).T
-    b_c = None if b_hh is None else b_hh - jnp.mean(b_hh)
+    gi = _project(x, _centred(w_ih))
+    b_ci = None if b_ih is None else _centred(b_ih)
+    w_c_t = _centred(w_hh).T
+    b_ch = None if b_hh is None else _centred(b_hh)
+    beta = be_ih + be_hh
 
     def step(carry, inputs):
         h, c = carry
-        xp_t, v = inputs
-        r = _add(h @ w_c_t, b_c)
-        rstd_h = lax.rsqrt(jnp.mean(r * r, axis=-1, keepdims=True) + LN_EPS)
-        gh_hat = r * rstd_h
-        a = xp_t + gh_hat * g_hh
-        i, f, g, o = jnp.split(a, 4, axis=-1)
-        i, f, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jax.nn.sigmoid(o)
-        g = jnp.tanh(g)
+        gi_t, v = inputs
+        vi = _add(gi_t, b_ci)
+        rstd_i = lax.rsqrt(jnp.mean(vi * vi, axis=-1, keepdims=True) + LN_EPS)
+        vh = _add(h @ w_c_t, b_ch)
+        rstd_h = lax.rsqrt(jnp.mean(vh * vh, axis=-1, keepdims=True) + LN_EPS)
+        gh_hat = vh * rstd_h
+        i, f, g, o = _ln_lstm_gates(vi, rstd_i, gh_hat, g_ih, g_hh, beta)
         c_hat, rstd_c = _normalise(f * c + i * g)
         c_new = c_hat * g_c + be_c
         h_new = o * jnp.tanh(c_new)
-        acts = jnp.concatenate([i, f, g, o], axis=-1)
-        saved = (acts, gh_hat, rstd_h, c_hat, rstd_c)
+        saved = (gh_hat, rstd_h, rstd_i, c_hat, rstd_c)
         if v is None:  # output = h sequence: emit it once
             return (h_new, c_new), (h_new, c_new) + saved
         h_new = jnp.where(v, h_new, h)
@@ -167,10 +206,10 @@ def _ln_lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, g_ih, be_ih, g_
         out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
         return (h_new, c_new), (out, c_new) + saved + (h_new,)
 
-    (h_n, c_n), ys = lax.scan(step, (h0, c0), (x_proj, valid), reverse=reverse)
+    (h_n, c_n), ys = lax.scan(step, (h0, c0), (gi, valid), reverse=reverse)
     output, c_seq = ys[:2]
     h_seq = output if valid is None else ys[7]
-    return (output, h_n, c_n), (gi_hat, rstd_i, h_seq, c_seq) + tuple(ys[2:7])
+    return (output, h_n, c_n), (gi, h_seq, c_seq) + tuple(ys[2:7])
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -187,20 +226,22 @@ def ln_lstm_direction(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, g_ih, be_ih, g
 def _ln_lstm_fwd(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, g_ih, be_ih, g_hh, be_hh, g_c, be_c, valid):
     out, saved = _ln_lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, g_ih, be_ih, g_hh, be_hh, g_c, be_c,
                                   valid)
-    return out, (x, h0, c0, w_ih, w_hh, b_ih is not None, g_ih, g_hh, g_c, valid) + saved
+    b_ci = None if b_ih is None else _centred(b_ih)
+    return out, (x, h0, c0, w_ih, w_hh, b_ci, g_ih, g_hh, g_c, be_ih + be_hh, valid) + saved
 
 
 def _ln_lstm_bwd(reverse, res, cot):
-    (x, h0, c0, w_ih, w_hh, has_bias, g_ih, g_hh, g_c, valid,
-     gi_hat, rstd_i, h_seq, c_seq, acts, gh_hat, rstd_h, c_hat, rstd_c) = res
+    (x, h0, c0, w_ih, w_hh, b_ci, g_ih, g_hh, g_c, beta, valid,
+     gi, h_seq, c_seq, gh_hat, rstd_h, rstd_i, c_hat, rstd_c) = res
     d_out, d_hn, d_cn = cot
-    w_c = _centred_rows(w_hh)
+    w_c = _centred(w_hh)
     c_prev = _previous(c_seq, c0, reverse)
 
     def step(carry, inputs):
-        dh, dc = carry
-        dout_t, a, gh_hat_t, rstd_h_t, c_old, c_new, c_hat_t, rstd_c_t, v = inputs
-        i, f, g, o = jnp.split(a, 4, axis=-1)
+        dh, dc, acc = carry
+        dout_t, gi_t, rstd_i_t, gh_hat_t, rstd_h_t, c_old, c_new, c_hat_t, rstd_c_t, v = inputs
+        vi = _add(gi_t, b_ci)
+        i, f, g, o = _ln_lstm_gates(vi, rstd_i_t, gh_hat_t, g_ih, g_hh, beta)
         dh_new = _valid_only(v, dh + dout_t)
         tanh_c = jnp.tanh(c_new)
         dc_n = _valid_only(v, dc) + dh_new * o * (1 - tanh_c * tanh_c)
@@ -208,22 +249,30 @@ def _ln_lstm_bwd(reverse, res, cot):
         da = jnp.concatenate([dc_raw * g * i * (1 - i), dc_raw * c_old * f * (1 - f), dc_raw * i * (1 - g * g),
                               dh_new * tanh_c * o * (1 - o)], axis=-1)
         dw = da * g_hh
-        u = rstd_h_t * (dw - gh_hat_t * jnp.mean(dw * gh_hat_t, axis=-1, keepdims=True))
-        dh_prev = _mask_carry(v, u @ w_c, dh)
+        m_h = jnp.mean(dw * gh_hat_t, axis=-1, keepdims=True)
+        dh_prev = _mask_carry(v, (rstd_h_t * (dw - gh_hat_t * m_h)) @ w_c, dh)
         dc_prev = _mask_carry(v, dc_raw * f, dc)
-        return (dh_prev, dc_prev), (da, u, dc_n)
+        gi_hat = vi * rstd_i_t
+        m_i = jnp.mean(da * g_ih * gi_hat, axis=-1, keepdims=True)
+        # gain/beta gradients: per-row partial sums while the operands are in cache
+        acc = (acc[0] + da * gi_hat, acc[1] + da, acc[2] + da * gh_hat_t, acc[3] + dc_n * c_hat_t, acc[4] + dc_n)
+        return (dh_prev, dc_prev, acc), (da, m_i, m_h)
 
-    (dh0, dc0), (da, u, dc_n) = lax.scan(
-        step, (d_hn, d_cn), (d_out, acts, gh_hat, rstd_h, c_prev, c_seq, c_hat, rstd_c, valid), reverse=not reverse)
-    dgi = _ln_backward(da * g_ih, gi_hat, rstd_i)
-    d_w_ih = _flat_gemm_t(dgi, x)
-    dx = dgi @ w_ih
-    d_w_hh = _centred_rows(_flat_gemm_t(u, _previous(h_seq, h0, reverse)))
-    d_b_ih = _sum_rows(dgi) if has_bias else None
-    d_b_hh = _centred_rows(_sum_rows(u)) if has_bias else None
-    d_beta = _sum_rows(da)
-    return (dx, dh0, dc0, d_w_ih, d_w_hh, d_b_ih, d_b_hh, _sum_rows(da * gi_hat), d_beta, _sum_rows(da * gh_hat),
-            d_beta, _sum_rows(dc_n * c_hat), _sum_rows(dc_n), None)
+    B, H = c0.shape
+    z4, z1 = jnp.zeros((B, 4 * H), c0.dtype), jnp.zeros((B, H), c0.dtype)
+    (dh0, dc0, acc), (da, m_i, m_h) = lax.scan(
+        step, (d_hn, d_cn, (z4, z4, z4, z1, z1)),
+        (d_out, gi, rstd_i, gh_hat, rstd_h, c_prev, c_seq, c_hat, rstd_c, valid), reverse=not reverse)
+    d_g_ih, d_beta, d_g_hh, d_g_c, d_be_c = (jnp.sum(a, axis=0) for a in acc)
+    dgi = rstd_i * (da * g_ih - _add(gi, b_ci) * rstd_i * m_i)
+    u = rstd_h * (da * g_hh - gh_hat * m_h)
+    d_w_ih = _centred(_weight_grad(dgi, x))
+    dx = dgi @ _centred(w_ih)
+    d_w_hh = _centred(_weight_grad(u, _previous(h_seq, h0, reverse)))
+    has_bias = b_ci is not None
+    d_b_ih = _centred(_sum_rows(dgi)) if has_bias else None
+    d_b_hh = _centred(_sum_rows(u)) if has_bias else None
+    return (dx, dh0, dc0, d_w_ih, d_w_hh, d_b_ih, d_b_hh, d_g_ih, d_beta, d_g_hh, d_beta, d_g_c, d_be_c, None)
 
 
 ln_lstm_direction.defvjp(_ln_lstm_fwd, _ln_lstm_bwd)
@@ -234,14 +283,15 @@ ln_lstm_direction.defvjp(_ln_lstm_fwd, _ln_lstm_bwd)
 
 
 def _peephole_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, peephole, valid):
-    x_proj = _project(x, w_ih, _add(b_ih, b_hh))
+    x_proj = _project(x, w_ih)
+    b = None if b_ih is None else b_ih + b_hh
     w_hh_t = w_hh.T
     p_i, p_f, p_o = jnp.split(peephole, 3)
 
     def step(carry, inputs):
         h, c = carry
         xp_t, v = inputs
-        a = xp_t + h @ w_hh_t
+        a = _add(xp_t + h @ w_hh_t, b)
         a_i, a_f, a_g, a_o = jnp.split(a, 4, axis=-1)
         i = jax.nn.sigmoid(a_i + p_i * c)
         f = jax.nn.sigmoid(a_f + p_f * c)
@@ -250,7 +300,7 @@ def _peephole_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, peephole, vali
         o = jax.nn.sigmoid(a_o + p_o * c_new)
         h_new = o * jnp.tanh(c_new)
         acts = jnp.concatenate([i, f, g, o], axis=-1)
-        if v is None:
+        if v is None:  # output = h sequence: emit it once
             return (h_new, c_new), (h_new, acts, c_new)
         h_new = jnp.where(v, h_new, h)
         c_new = jnp.where(v, c_new, c)
@@ -281,7 +331,7 @@ def _peephole_bwd(reverse, res, cot):
     c_prev = _previous(c_seq, c0, reverse)
 
     def step(carry, inputs):
-        dh, dc = carry
+        dh, dc, acc = carry
         dout_t, a, c_old, c_new, v = inputs
         i, f, g, o = jnp.split(a, 4, axis=-1)
         dh_new = _valid_only(v, dh + dout_t)
@@ -293,18 +343,18 @@ def _peephole_bwd(reverse, res, cot):
         da = jnp.concatenate([dz_i, dz_f, dcc * i * (1 - g * g), dz_o], axis=-1)
         dh_prev = _mask_carry(v, da @ w_hh, dh)
         dc_prev = _mask_carry(v, dcc * f + dz_i * p_i + dz_f * p_f, dc)
-        return (dh_prev, dc_prev), da
+        # peephole gradients: per-row partial sums while the operands are in cache
+        acc = (acc[0] + dz_i * c_old, acc[1] + dz_f * c_old, acc[2] + dz_o * c_new)
+        return (dh_prev, dc_prev, acc), da
 
-    (dh0, dc0), da = lax.scan(step, (d_hn, d_cn), (d_out, acts, c_prev, c_seq, valid), reverse=not reverse)
-    H = c0.shape[-1]
-    # as bptt's LSTM: dW_ih and dW_hh share the left operand, one GEMM against [x, h_prev]
-    d_w = _flat_gemm_t(da, jnp.concatenate([x, _previous(h_seq, h0, reverse)], axis=-1))
-    d_w_ih, d_w_hh = d_w[:, :x.shape[-1]], d_w[:, x.shape[-1]:]
+    zeros = jnp.zeros_like(c0)
+    (dh0, dc0, acc), da = lax.scan(step, (d_hn, d_cn, (zeros, zeros, zeros)), (d_out, acts, c_prev, c_seq, valid),
+                                   reverse=not reverse)
+    d_w_ih = _weight_grad(da, x)
+    d_w_hh = _weight_grad(da, _previous(h_seq, h0, reverse))
     dx = da @ w_ih
     db = _sum_rows(da) if has_bias else None
-    # padded steps have da = 0, so whatever c holds there does not count
-    d_peephole = jnp.concatenate([_sum_rows(da[..., :H] * c_prev), _sum_rows(da[..., H:2 * H] * c_prev),
-                                  _sum_rows(da[..., 3 * H:] * c_seq)])
+    d_peephole = jnp.concatenate([jnp.sum(a, axis=0) for a in acc])
     return dx, dh0, dc0, d_w_ih, d_w_hh, db, db, d_peephole, None
 
 
@@ -316,17 +366,19 @@ peephole_lstm_direction.defvjp(_peephole_fwd, _peephole_bwd)
 
 
 def _gru_rb_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
-    x_proj = _project(x, w_ih, _add(b_ih, b_hh))
+    x_proj = _project(x, w_ih)
+    b = None if b_ih is None else b_ih + b_hh
     H = h0.shape[-1]
     w_rz_t, w_n_t = w_hh[:2 * H].T, w_hh[2 * H:].T
+    b_rz, b_n = (None, None) if b is None else (b[:2 * H], b[2 * H:])
 
     def step(h, inputs):
         xp_t, v = inputs
-        r, z = jnp.split(jax.nn.sigmoid(xp_t[:, :2 * H] + h @ w_rz_t), 2, axis=-1)
-        n = jnp.tanh(xp_t[:, 2 * H:] + (r * h) @ w_n_t)
+        r, z = jnp.split(jax.nn.sigmoid(_add(xp_t[:, :2 * H] + h @ w_rz_t, b_rz)), 2, axis=-1)
+        n = jnp.tanh(_add(xp_t[:, 2 * H:] + (r * h) @ w_n_t, b_n))
         h_new = n + z * (h - n)
         acts = jnp.concatenate([r, z, n], axis=-1)
-        if v is None:
+        if v is None:  # output = h sequence: emit it once
             return h_new, (h_new, acts)
         h_new = jnp.where(v, h_new, h)
         out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
@@ -369,10 +421,10 @@ def _gru_rb_bwd(reverse, res, cot):
         return _mask_carry(v, dh_prev, dh), dg
 
     dh0, dg = lax.scan(step, d_hn, (d_out, acts, h_prev, valid), reverse=not reverse)
-    d_w_ih = _flat_gemm_t(dg, x)
+    d_w_ih = _weight_grad(dg, x)
     dx = dg @ w_ih
-    d_w_hh = jnp.concatenate([_flat_gemm_t(dg[..., :2 * H], h_prev),
-                              _flat_gemm_t(dg[..., 2 * H:], acts[..., :H] * h_prev)])
+    d_w_hh = jnp.concatenate([_weight_grad(dg[..., :2 * H], h_prev),
+                              _weight_grad(dg[..., 2 * H:], acts[..., :H] * h_prev)])
     db = _sum_rows(dg) if has_bias else None
     return dx, dh0, d_w_ih, d_w_hh, db, db, None
 

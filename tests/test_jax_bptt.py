@@ -112,15 +112,17 @@ def test_custom_vjp_against_finite_differences(cell, proj):
     check_grads(f, (params, x, hx), order=1, modes=("rev",))
 
 
-def test_vmap_and_jit_of_grad_agree_with_scan():
-    """vmap over a batch of problems and a jitted gradient give the same numbers as `scan`."""
-    spec = RNNSpec("lstm", 2, 3)
+@pytest.mark.parametrize("cell", ["lstm", "ln_lstm"])
+def test_vmap_and_jit_of_grad_agree_with_scan(cell):
+    """vmap over a batch of problems and a jitted gradient give the same numbers as `scan`
+    (ln_lstm: the catalogue cells' backward uses `lax.optimization_barrier`, batched here)."""
+    spec = RNNSpec(cell, 2, 3)
     rng = np.random.default_rng(3)
-    params = {k: jnp.asarray(v) for k, v in init_params(spec, rng).items()}
+    params = {k: jnp.asarray(v) for k, v in _params(spec, rng).items()}
     xs = jnp.asarray(rng.standard_normal((2, 4, 3, 2)))  # 2 problems of (T=4, B=3, I=2)
 
     def loss(params, x, impl):
-        out, (h_n, c_n) = jax_impl.lstm(params, x, impl=impl)
+        out, (h_n, c_n) = jax_impl.rnn(params, x, cell=cell, impl=impl)
         return jnp.sum(out ** 2) + jnp.sum(h_n * c_n)
 
     per_problem = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, None)), static_argnums=2)
