@@ -30,7 +30,13 @@ What the CPU measurements (XLA 0.10.2, S1 forward+backward, 1 thread) decided:
   end: after the loop each would be a product of two 52 MB arrays and a sum;
 - every (T, B, 4H) array saved is a fresh 52 MB buffer per call (page faults on the
   CPU), so `ln_lstm` saves its pre-norm input projection and normalised recurrent half
-  and recomputes its gate activations in the backward instead of saving them.
+  and recomputes its gate activations in the backward instead of saving them;
+- a loop fusion that reads step t of a scanned (T, B, G*H) array and splits it into gates
+  in the same pass runs about 5x slower than one reading G separate (T, B, H) arrays
+  (the dynamic slice's index arithmetic is not vectorised).  So the peephole and GRU
+  forwards save their gates per gate, and `ln_lstm`, whose step needs the full-width rows
+  (LayerNorm statistics, the weight GEMMs after the loop), computes the next step's
+  gate input in the current step and carries it: the split then reads a plain buffer.
 
 ln_lstm (LN(v) = (v - mean v) / sqrt(var v + 1e-5) * gain + beta, over the last axis)
 -------
@@ -38,17 +44,19 @@ Both gate LayerNorms act on linear maps, so their mean pass is folded into the w
 with `P` the centring over the 4H output rows (`P W = W - mean_rows(W)`),
 `LN(x W^T + b)` only needs `v = x (P W)^T + P b`, which has zero mean already.
 
-Forward.  Hoisted: `gi = x (P W_ih)^T` for all T*B rows.  Per step:
+Forward.  Hoisted: `gi = x (P W_ih)^T` for all T*B rows.  Per step (the input half of
+step t is computed in step t-1 and carried):
 
     vi = gi_t + P b_ih;   rstd_i = 1 / sqrt(mean(vi^2) + eps)          (LN_ih, no mean pass)
     vh = h (P W_hh)^T + P b_hh;   gh_hat = vh / sqrt(mean(vh^2) + eps)  (LN_hh, no mean pass)
-    a = gain_ih rstd_i vi + gain_hh gh_hat + beta_ih + beta_hh
+    a = gain_ih rstd_i vi + beta_ih + beta_hh + gain_hh gh_hat
     i, f, o = sigmoid(a_i, a_f, a_o);  g = tanh(a_g)
     c_hat = normalise(f c + i g);  c' = gain_c c_hat + beta_c;  h' = o tanh(c')
 
 Saved: gi, gh_hat, rstd_i, rstd_h, c_hat, rstd_c and the h, c sequences.
 
-Backward, per step (reversed), the gates recomputed from gi, rstd_i and gh_hat:
+Backward, per step (reversed), the gates recomputed from gi, rstd_i and gh_hat (the
+pre-activation `a` again computed one step ahead and carried):
 
     dc_n = dc' + dh' o (1 - tanh^2 c')
     dc_raw = rstd_c (dw_c - mean(dw_c) - c_hat mean(dw_c c_hat)),   dw_c = gain_c dc_n
@@ -172,44 +180,60 @@ def _centred(a: jax.Array) -> jax.Array:
 # ln_lstm
 
 
-def _ln_lstm_gates(vi, rstd_i, gh_hat, g_ih, g_hh, beta):
-    """i, f, g, o from the input half before its norm (vi, rstd_i) and the normalised recurrent half."""
-    a = vi * rstd_i * g_ih + gh_hat * g_hh + beta
+def _gates(a):
+    """i, f, g, o from the (B, 4H) pre-activation."""
     i, f, g, o = jnp.split(a, 4, axis=-1)
     return jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
 
 
+def _at(seq, t):
+    """Step t (traced) of a (T, ...) array."""
+    return lax.dynamic_index_in_dim(seq, t, keepdims=False)
+
+
 def _ln_lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, g_ih, be_ih, g_hh, be_hh, g_c, be_c, valid):
+    T = x.shape[0]
     gi = _project(x, _centred(w_ih))
     b_ci = None if b_ih is None else _centred(b_ih)
     w_c_t = _centred(w_hh).T
     b_ch = None if b_hh is None else _centred(b_hh)
     beta = be_ih + be_hh
+    step_dir = -1 if reverse else 1
+
+    def input_half(t):  # (LN_ih(.) + beta, rstd_i) of step t, full width
+        vi = _add(_at(gi, t), b_ci)
+        rstd_i = lax.rsqrt(jnp.mean(vi * vi, axis=-1, keepdims=True) + LN_EPS)
+        return vi * rstd_i * g_ih + beta, rstd_i
 
     def step(carry, inputs):
-        h, c = carry
-        gi_t, v = inputs
-        vi = _add(gi_t, b_ci)
-        rstd_i = lax.rsqrt(jnp.mean(vi * vi, axis=-1, keepdims=True) + LN_EPS)
+        h, c, xin = carry
+        t, v = inputs
         vh = _add(h @ w_c_t, b_ch)
         rstd_h = lax.rsqrt(jnp.mean(vh * vh, axis=-1, keepdims=True) + LN_EPS)
         gh_hat = vh * rstd_h
-        i, f, g, o = _ln_lstm_gates(vi, rstd_i, gh_hat, g_ih, g_hh, beta)
+        i, f, g, o = _gates(xin + gh_hat * g_hh)
         c_hat, rstd_c = _normalise(f * c + i * g)
         c_new = c_hat * g_c + be_c
         h_new = o * jnp.tanh(c_new)
-        saved = (gh_hat, rstd_h, rstd_i, c_hat, rstd_c)
+        # the next step's input half, carried: a fusion that reads a scanned (T, B, 4H) array and
+        # splits it into gates in the same pass is several times slower on XLA's CPU backend
+        xin, rstd_i_next = input_half(jnp.clip(t + step_dir, 0, T - 1))
+        saved = (gh_hat, rstd_h, c_hat, rstd_c, rstd_i_next)
         if v is None:  # output = h sequence: emit it once
-            return (h_new, c_new), (h_new, c_new) + saved
+            return (h_new, c_new, xin), (h_new, c_new) + saved
         h_new = jnp.where(v, h_new, h)
         c_new = jnp.where(v, c_new, c)
         out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
-        return (h_new, c_new), (out, c_new) + saved + (h_new,)
+        return (h_new, c_new, xin), (out, c_new) + saved + (h_new,)
 
-    (h_n, c_n), ys = lax.scan(step, (h0, c0), (gi, valid), reverse=reverse)
+    xin0, rstd_i0 = input_half(T - 1 if reverse else 0)
+    (h_n, c_n, _), ys = lax.scan(step, (h0, c0, xin0), (jnp.arange(T), valid), reverse=reverse)
     output, c_seq = ys[:2]
     h_seq = output if valid is None else ys[7]
-    return (output, h_n, c_n), (gi, h_seq, c_seq) + tuple(ys[2:7])
+    # ys[6][t] is rstd_i of the step after t (in the scan's order); put each at its own step
+    rstd_i = (jnp.concatenate([ys[6][1:], rstd_i0[None]]) if reverse
+              else jnp.concatenate([rstd_i0[None], ys[6][:-1]]))
+    return (output, h_n, c_n), (gi, rstd_i, h_seq, c_seq) + tuple(ys[2:6])
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -232,16 +256,20 @@ def _ln_lstm_fwd(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, g_ih, be_ih, g_hh, 
 
 def _ln_lstm_bwd(reverse, res, cot):
     (x, h0, c0, w_ih, w_hh, b_ci, g_ih, g_hh, g_c, beta, valid,
-     gi, h_seq, c_seq, gh_hat, rstd_h, rstd_i, c_hat, rstd_c) = res
+     gi, rstd_i, h_seq, c_seq, gh_hat, rstd_h, c_hat, rstd_c) = res
     d_out, d_hn, d_cn = cot
+    T = x.shape[0]
     w_c = _centred(w_hh)
     c_prev = _previous(c_seq, c0, reverse)
+    step_dir = 1 if reverse else -1  # the backward walks the forward's steps in reverse
+
+    def pre_activation(t):  # recomputed, carried one step ahead as in the forward
+        return _add(_at(gi, t), b_ci) * _at(rstd_i, t) * g_ih + _at(gh_hat, t) * g_hh + beta
 
     def step(carry, inputs):
-        dh, dc, acc = carry
-        dout_t, gi_t, rstd_i_t, gh_hat_t, rstd_h_t, c_old, c_new, c_hat_t, rstd_c_t, v = inputs
-        vi = _add(gi_t, b_ci)
-        i, f, g, o = _ln_lstm_gates(vi, rstd_i_t, gh_hat_t, g_ih, g_hh, beta)
+        dh, dc, acc, a = carry
+        dout_t, t, gi_t, rstd_i_t, gh_hat_t, rstd_h_t, c_old, c_new, c_hat_t, rstd_c_t, v = inputs
+        i, f, g, o = _gates(a)
         dh_new = _valid_only(v, dh + dout_t)
         tanh_c = jnp.tanh(c_new)
         dc_n = _valid_only(v, dc) + dh_new * o * (1 - tanh_c * tanh_c)
@@ -252,17 +280,18 @@ def _ln_lstm_bwd(reverse, res, cot):
         m_h = jnp.mean(dw * gh_hat_t, axis=-1, keepdims=True)
         dh_prev = _mask_carry(v, (rstd_h_t * (dw - gh_hat_t * m_h)) @ w_c, dh)
         dc_prev = _mask_carry(v, dc_raw * f, dc)
-        gi_hat = vi * rstd_i_t
+        gi_hat = _add(gi_t, b_ci) * rstd_i_t
         m_i = jnp.mean(da * g_ih * gi_hat, axis=-1, keepdims=True)
         # gain/beta gradients: per-row partial sums while the operands are in cache
         acc = (acc[0] + da * gi_hat, acc[1] + da, acc[2] + da * gh_hat_t, acc[3] + dc_n * c_hat_t, acc[4] + dc_n)
-        return (dh_prev, dc_prev, acc), (da, m_i, m_h)
+        a = pre_activation(jnp.clip(t + step_dir, 0, T - 1))
+        return (dh_prev, dc_prev, acc, a), (da, m_i, m_h)
 
     B, H = c0.shape
     z4, z1 = jnp.zeros((B, 4 * H), c0.dtype), jnp.zeros((B, H), c0.dtype)
-    (dh0, dc0, acc), (da, m_i, m_h) = lax.scan(
-        step, (d_hn, d_cn, (z4, z4, z4, z1, z1)),
-        (d_out, gi, rstd_i, gh_hat, rstd_h, c_prev, c_seq, c_hat, rstd_c, valid), reverse=not reverse)
+    (dh0, dc0, acc, _), (da, m_i, m_h) = lax.scan(
+        step, (d_hn, d_cn, (z4, z4, z4, z1, z1), pre_activation(0 if reverse else T - 1)),
+        (d_out, jnp.arange(T), gi, rstd_i, gh_hat, rstd_h, c_prev, c_seq, c_hat, rstd_c, valid), reverse=not reverse)
     d_g_ih, d_beta, d_g_hh, d_g_c, d_be_c = (jnp.sum(a, axis=0) for a in acc)
     dgi = rstd_i * (da * g_ih - _add(gi, b_ci) * rstd_i * m_i)
     u = rstd_h * (da * g_hh - gh_hat * m_h)
@@ -299,7 +328,9 @@ def _peephole_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, peephole, vali
         c_new = f * c + i * g
         o = jax.nn.sigmoid(a_o + p_o * c_new)
         h_new = o * jnp.tanh(c_new)
-        acts = jnp.concatenate([i, f, g, o], axis=-1)
+        # saved per gate: a fusion that reads a scanned (T, B, 4H) array and splits it into gates
+        # in the same pass is several times slower on XLA's CPU backend (the backward's would)
+        acts = (i, f, g, o)
         if v is None:  # output = h sequence: emit it once
             return (h_new, c_new), (h_new, acts, c_new)
         h_new = jnp.where(v, h_new, h)
@@ -332,8 +363,7 @@ def _peephole_bwd(reverse, res, cot):
 
     def step(carry, inputs):
         dh, dc, acc = carry
-        dout_t, a, c_old, c_new, v = inputs
-        i, f, g, o = jnp.split(a, 4, axis=-1)
+        dout_t, (i, f, g, o), c_old, c_new, v = inputs
         dh_new = _valid_only(v, dh + dout_t)
         tanh_c = jnp.tanh(c_new)
         dz_o = dh_new * tanh_c * o * (1 - o)
@@ -377,7 +407,7 @@ def _gru_rb_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
         r, z = jnp.split(jax.nn.sigmoid(_add(xp_t[:, :2 * H] + h @ w_rz_t, b_rz)), 2, axis=-1)
         n = jnp.tanh(_add(xp_t[:, 2 * H:] + (r * h) @ w_n_t, b_n))
         h_new = n + z * (h - n)
-        acts = jnp.concatenate([r, z, n], axis=-1)
+        acts = (r, z, n)  # per gate, see _peephole_forward
         if v is None:  # output = h sequence: emit it once
             return h_new, (h_new, acts)
         h_new = jnp.where(v, h_new, h)
@@ -409,8 +439,7 @@ def _gru_rb_bwd(reverse, res, cot):
     h_prev = _previous(h_seq, h0, reverse)
 
     def step(dh, inputs):
-        dout_t, a, h_old, v = inputs
-        r, z, n = jnp.split(a, 3, axis=-1)
+        dout_t, (r, z, n), h_old, v = inputs
         dh_new = _valid_only(v, dh + dout_t)
         da_n = dh_new * (1 - z) * (1 - n * n)
         da_z = dh_new * (h_old - n) * z * (1 - z)
@@ -424,7 +453,7 @@ def _gru_rb_bwd(reverse, res, cot):
     d_w_ih = _weight_grad(dg, x)
     dx = dg @ w_ih
     d_w_hh = jnp.concatenate([_weight_grad(dg[..., :2 * H], h_prev),
-                              _weight_grad(dg[..., 2 * H:], acts[..., :H] * h_prev)])
+                              _weight_grad(dg[..., 2 * H:], acts[0] * h_prev)])
     db = _sum_rows(dg) if has_bias else None
     return dx, dh0, d_w_ih, d_w_hh, db, db, None
 
