@@ -46,8 +46,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .cells import lstm_gate_scales
 from .driver import LayerParams, layer_from_directions, valid_steps
-from .scan import input_projection
 
 OPTIONS: dict = {}
 # Lets the driver hand catalogue cells to this impl; `unsupported_reason` then refuses the
@@ -73,9 +73,62 @@ def unsupported_reason(spec, *, lengths: bool, dtype: str) -> str | None:
     return None
 
 
-def _flat_gemm_t(a: jax.Array, b: jax.Array) -> jax.Array:
-    """sum over t, b of a[t, b, :, None] * b[t, b, None, :]: one (K, T*B) x (T*B, N) GEMM."""
-    return a.reshape(-1, a.shape[-1]).T @ b.reshape(-1, b.shape[-1])
+def _project(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x W^T for all T*B rows in one GEMM, (T, B, G*H) (biases are added in the step)."""
+    T, B, I = x.shape
+    return (x.reshape(T * B, I) @ w.T).reshape(T, B, -1)
+
+
+def _add(a, b):
+    """a + b where b may be None (an absent bias)."""
+    return a if b is None else a + b
+
+
+def _weight_grad(dg: jax.Array, inp: jax.Array) -> jax.Array:
+    """sum over t, b of dg[t, b, :, None] * inp[t, b, None, :]: (G*H, K), one GEMM over all T*B rows.
+
+    Computed as (inp^T dg)^T with the transpose kept out of the GEMM by an optimization
+    barrier: XLA would otherwise fold it in and run the slower dg^T inp form.
+    """
+    inp2, dg2 = inp.reshape(-1, inp.shape[-1]), dg.reshape(-1, dg.shape[-1])
+    return lax.optimization_barrier(inp2.T @ dg2).T
+
+
+def _sum_rows(a: jax.Array) -> jax.Array:
+    """Sum over all leading axes, as a GEMV with a ones vector (XLA's CPU reduction over
+    (T, B) is several times slower)."""
+    a2 = a.reshape(-1, a.shape[-1])
+    return jnp.ones((a2.shape[0],), a.dtype) @ a2
+
+
+def _valid_only(v, a):
+    """a on valid steps, 0 on padded ones (v None: no lengths)."""
+    return a if v is None else jnp.where(v, a, 0)
+
+
+def _mask_carry(v, new, old):
+    """The carry after a step: `new` where valid; on a padded step `new` is 0 and `old` passes."""
+    return new if v is None else new + jnp.where(v, 0, old)
+
+
+def _masked_outputs(v, new_state, old_state, saved):
+    """A forward step's (carry, scanned outputs) for state tuples (h, ...).
+
+    Scanned: (output, saved, the state sequence).  Without lengths the output is h' and is
+    emitted once (it is also the h sequence the backward needs); with lengths a padded
+    step keeps the old state and outputs zero, and the h sequence is emitted apart.
+    """
+    if v is None:
+        return new_state, (new_state[0], saved, new_state[1:])
+    new_state = tuple(jnp.where(v, n, o) for n, o in zip(new_state, old_state))
+    out = jnp.where(v, new_state[0], jnp.zeros((), new_state[0].dtype))
+    return new_state, (out, saved, new_state)
+
+
+def _scan_outputs(ys, valid):
+    """(output, saved, state sequences (h, ...)) from `_masked_outputs`' scanned tuples."""
+    output, saved, states = ys
+    return output, saved, ((output,) + states if valid is None else states)
 
 
 def _previous(seq: jax.Array, h0: jax.Array, reverse: bool) -> jax.Array:
@@ -89,45 +142,26 @@ def _previous(seq: jax.Array, h0: jax.Array, reverse: bool) -> jax.Array:
 # LSTM
 
 
-def _gate_scales(H: int, dtype) -> tuple[jax.Array, jax.Array]:
-    """(s, b) with acts = tanh(s a) s + b = [sigmoid(a_i), sigmoid(a_f), tanh(a_g), sigmoid(a_o)].
-
-    sigmoid(a) = 1/2 + tanh(a/2)/2, so one tanh over all 4H gate columns gives every
-    activation (s = 1/2, b = 1/2 on i, f, o; s = 1, b = 0 on g), and the derivative is
-    d acts / d a = s^2 (1 - t^2) with t = (acts - b) / s: the same single expression for
-    the four gates.  One elementwise pass instead of four slices, three sigmoids, a tanh
-    and a concatenation: measured about 10% off the S1 train step on XLA's CPU backend.
-    """
-    s = jnp.concatenate([jnp.full((2 * H,), 0.5, dtype), jnp.ones((H,), dtype), jnp.full((H,), 0.5, dtype)])
-    return s, jnp.where(s == 1, 0, 0.5).astype(dtype)
-
-
 def _lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, valid):
-    p = LayerParams(w_ih, w_hh, b_ih, b_hh, w_hr)
-    x_proj, _ = input_projection("lstm", p, x)
+    x_proj = _project(x, w_ih)
+    bias = None if b_ih is None else b_ih + b_hh
     w_hh_t = w_hh.T
     w_hr_t = None if w_hr is None else w_hr.T
-    s, b = _gate_scales(c0.shape[-1], x.dtype)
+    s, b = lstm_gate_scales(c0.shape[-1], x.dtype)
 
     def step(carry, inputs):
         h, c = carry
         xp_t, v = inputs
-        acts = jnp.tanh((xp_t + h @ w_hh_t) * s) * s + b
-        i, f, g, o = jnp.split(acts, 4, axis=-1)
+        i, f, g, o = jnp.split(jnp.tanh(_add(xp_t + h @ w_hh_t, bias) * s) * s + b, 4, axis=-1)
         c_new = f * c + i * g
         h_new = o * jnp.tanh(c_new)
         if w_hr_t is not None:
             h_new = h_new @ w_hr_t
-        if v is None:  # output = h sequence: emit it once
-            return (h_new, c_new), (h_new, acts, c_new)
-        h_new = jnp.where(v, h_new, h)
-        c_new = jnp.where(v, c_new, c)
-        out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
-        return (h_new, c_new), (out, acts, c_new, h_new)
+        # gates saved one array each: the backward's fusions then read plain (T, B, H) buffers
+        return _masked_outputs(v, (h_new, c_new), (h, c), (i, f, g, o))
 
     (h_n, c_n), ys = lax.scan(step, (h0, c0), (x_proj, valid), reverse=reverse)
-    output, acts, c_seq = ys[:3]
-    h_seq = output if valid is None else ys[3]
+    output, acts, (h_seq, c_seq) = _scan_outputs(ys, valid)
     return (output, h_n, c_n), (acts, h_seq, c_seq)
 
 
@@ -149,44 +183,30 @@ def _lstm_bwd(reverse, res, cot):
     x, h0, c0, w_ih, w_hh, has_bias, w_hr, valid, acts, h_seq, c_seq = res
     d_out, d_hn, d_cn = cot
     c_prev = _previous(c_seq, c0, reverse)
-    s, b = _gate_scales(c0.shape[-1], x.dtype)
 
     def step(carry, inputs):
         dh, dc = carry
-        dout_t, a, c_old, c_new, v = inputs
-        i, f, g, o = jnp.split(a, 4, axis=-1)
-        dh_cand = dh + dout_t
-        if v is not None:  # padded step: no gradient into this step's candidate state
-            dh_cand = jnp.where(v, dh_cand, 0)
-            dc_in = jnp.where(v, dc, 0)
-        else:
-            dc_in = dc
+        dout_t, (i, f, g, o), c_old, c_new, v = inputs
+        dh_cand = _valid_only(v, dh + dout_t)  # padded step: no gradient into its candidate state
         dm = dh_cand if w_hr is None else dh_cand @ w_hr
         tanh_c = jnp.tanh(c_new)
-        dcc = dc_in + dm * o * (1 - tanh_c * tanh_c)
-        t = (a - b) / s  # the tanh behind each activation (see _gate_scales)
-        da = jnp.concatenate([dcc * g, dcc * c_old, dcc * i, dm * tanh_c], axis=-1) * (s * s) * (1 - t * t)
-        dh_prev = da @ w_hh
-        dc_prev = dcc * f
-        if v is not None:
-            dh_prev = dh_prev + jnp.where(v, 0, dh)
-            dc_prev = dc_prev + jnp.where(v, 0, dc)
+        dcc = _valid_only(v, dc) + dm * o * (1 - tanh_c * tanh_c)
+        da = jnp.concatenate([dcc * g * i * (1 - i), dcc * c_old * f * (1 - f), dcc * i * (1 - g * g),
+                              dm * tanh_c * o * (1 - o)], axis=-1)
+        dh_prev = _mask_carry(v, da @ w_hh, dh)
+        dc_prev = _mask_carry(v, dcc * f, dc)
         return (dh_prev, dc_prev), (da, None if w_hr is None else dh_cand)
 
     (dh0, dc0), (da, dh_cand) = lax.scan(step, (d_hn, d_cn), (d_out, acts, c_prev, c_seq, valid),
                                          reverse=not reverse)
-    h_prev = _previous(h_seq, h0, reverse)
-    # dW_ih and dW_hh share the left operand: one GEMM against [x, h_prev] (about 20% faster
-    # on XLA's CPU backend than two, measured at S1 sizes)
-    d_w = _flat_gemm_t(da, jnp.concatenate([x, h_prev], axis=-1))
-    d_w_ih, d_w_hh = d_w[:, :x.shape[-1]], d_w[:, x.shape[-1]:]
+    d_w_ih = _weight_grad(da, x)
+    d_w_hh = _weight_grad(da, _previous(h_seq, h0, reverse))
     dx = da @ w_ih
-    db = jnp.sum(da, axis=(0, 1)) if has_bias else None
+    db = _sum_rows(da) if has_bias else None
     d_w_hr = None
     if w_hr is not None:
-        o = acts[..., 3 * c_seq.shape[-1]:]
         # m = o tanh(c) of each step (padded steps have dh_cand = 0, so their m does not matter)
-        d_w_hr = _flat_gemm_t(dh_cand, o * jnp.tanh(c_seq))
+        d_w_hr = _weight_grad(dh_cand, acts[3] * jnp.tanh(c_seq))
     return dx, dh0, dc0, d_w_ih, d_w_hh, db, db, d_w_hr, None
 
 
@@ -197,29 +217,33 @@ lstm_direction.defvjp(_lstm_fwd, _lstm_bwd)
 # GRU
 
 
-def _gru_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
-    p = LayerParams(w_ih, w_hh, b_ih, b_hh, None)
-    x_proj, b_hn = input_projection("gru", p, x)
-    w_hh_t = w_hh.T
-    H = h0.shape[-1]
+def _gru_biases(b_ih, b_hh, H):
+    """(b_x, b_hn): the bias added to x_proj in the step ([b_ir + b_hr, b_iz + b_hz, b_in])
+    and the one that stays with W_hn h, because the reset gate scales it."""
+    if b_ih is None:
+        return None, None
+    return jnp.concatenate([b_ih[:2 * H] + b_hh[:2 * H], b_ih[2 * H:]]), b_hh[2 * H:]
 
-    def step(h, inputs):
+
+def _gru_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
+    H = h0.shape[-1]
+    x_proj = _project(x, w_ih)
+    b_x, b_hn = _gru_biases(b_ih, b_hh, H)
+    w_hh_t = w_hh.T
+
+    def step(carry, inputs):
+        (h,) = carry
         xp_t, v = inputs
+        xp_t = _add(xp_t, b_x)
         gh = h @ w_hh_t
-        n_h = gh[:, 2 * H:] if b_hn is None else gh[:, 2 * H:] + b_hn
+        n_h = _add(gh[:, 2 * H:], b_hn)
         r, z = jnp.split(jax.nn.sigmoid(xp_t[:, :2 * H] + gh[:, :2 * H]), 2, axis=-1)
         n = jnp.tanh(xp_t[:, 2 * H:] + r * n_h)
         h_new = (1 - z) * n + z * h
-        acts = jnp.concatenate([r, z, n], axis=-1)
-        if v is None:  # output = h sequence: emit it once
-            return h_new, (h_new, acts, n_h)
-        h_new = jnp.where(v, h_new, h)
-        out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
-        return h_new, (out, acts, n_h, h_new)
+        return _masked_outputs(v, (h_new,), (h,), ((r, z, n), n_h))
 
-    h_n, ys = lax.scan(step, h0, (x_proj, valid), reverse=reverse)
-    output, acts, n_h = ys[:3]
-    h_seq = output if valid is None else ys[3]
+    (h_n,), ys = lax.scan(step, (h0,), (x_proj, valid), reverse=reverse)
+    output, (acts, n_h), (h_seq,) = _scan_outputs(ys, valid)
     return (output, h_n), (acts, n_h, h_seq)
 
 
@@ -240,28 +264,23 @@ def _gru_bwd(reverse, res, cot):
     h_prev = _previous(h_seq, h0, reverse)
 
     def step(dh, inputs):
-        dout_t, a, nh_t, h_old, v = inputs
-        r, z, n = jnp.split(a, 3, axis=-1)
-        dh_cand = dh + dout_t
-        if v is not None:
-            dh_cand = jnp.where(v, dh_cand, 0)
+        dout_t, (r, z, n), nh_t, h_old, v = inputs
+        dh_cand = _valid_only(v, dh + dout_t)
         dn = dh_cand * (1 - z) * (1 - n * n)
         dz = dh_cand * (h_old - n) * z * (1 - z)
         dr = dn * nh_t * r * (1 - r)
         dn_h = dn * r  # gradient of W_hn h + b_hn
-        dh_prev = jnp.concatenate([dr, dz, dn_h], axis=-1) @ w_hh + dh_cand * z
-        if v is not None:
-            dh_prev = dh_prev + jnp.where(v, 0, dh)
+        dh_prev = _mask_carry(v, jnp.concatenate([dr, dz, dn_h], axis=-1) @ w_hh + dh_cand * z, dh)
         return dh_prev, (jnp.concatenate([dr, dz, dn], axis=-1), dn_h)
 
     dh0, (dx_g, dn_h) = lax.scan(step, d_hn, (d_out, acts, n_h, h_prev, valid), reverse=not reverse)
     H = h0.shape[-1]
     dg_h = jnp.concatenate([dx_g[..., :2 * H], dn_h], axis=-1)
-    d_w_ih = _flat_gemm_t(dx_g, x)
-    d_w_hh = _flat_gemm_t(dg_h, h_prev)
+    d_w_ih = _weight_grad(dx_g, x)
+    d_w_hh = _weight_grad(dg_h, h_prev)
     dx = dx_g @ w_ih
-    d_b_ih = jnp.sum(dx_g, axis=(0, 1)) if has_bias else None
-    d_b_hh = jnp.sum(dg_h, axis=(0, 1)) if has_bias else None
+    d_b_ih = _sum_rows(dx_g) if has_bias else None
+    d_b_hh = _sum_rows(dg_h) if has_bias else None
     return dx, dh0, d_w_ih, d_w_hh, d_b_ih, d_b_hh, None
 
 

@@ -114,48 +114,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .bptt import _previous
+from .bptt import (_add, _mask_carry, _masked_outputs, _previous, _project, _scan_outputs, _sum_rows,
+                   _valid_only, _weight_grad)
 from .cells import LN_EPS
 
 # ---------------------------------------------------------------------------------
 # helpers
-
-
-def _project(x: jax.Array, w: jax.Array) -> jax.Array:
-    """x W^T for all T*B rows in one GEMM, (T, B, G*H) (biases are added in the step)."""
-    T, B, I = x.shape
-    return (x.reshape(T * B, I) @ w.T).reshape(T, B, -1)
-
-
-def _add(a, b):
-    """a + b where b may be None (an absent bias)."""
-    return a if b is None else a + b
-
-
-def _weight_grad(dg: jax.Array, inp: jax.Array) -> jax.Array:
-    """sum over t, b of dg[t, b, :, None] * inp[t, b, None, :]: (G*H, K).
-
-    Computed as (inp^T dg)^T with the transpose kept out of the GEMM by an optimization
-    barrier: XLA would otherwise fold it in and run the slower dg^T inp form.
-    """
-    inp2, dg2 = inp.reshape(-1, inp.shape[-1]), dg.reshape(-1, dg.shape[-1])
-    return lax.optimization_barrier(inp2.T @ dg2).T
-
-
-def _sum_rows(a: jax.Array) -> jax.Array:
-    """Sum over all leading axes, as a GEMV with a ones vector (see the module docstring)."""
-    a2 = a.reshape(-1, a.shape[-1])
-    return jnp.ones((a2.shape[0],), a.dtype) @ a2
-
-
-def _valid_only(v, a):
-    """a on valid steps, 0 on padded ones (v None: no lengths)."""
-    return a if v is None else jnp.where(v, a, 0)
-
-
-def _mask_carry(v, new, old):
-    """The carry after a step: `new` where valid; on a padded step `new` is 0 and `old` passes."""
-    return new if v is None else new + jnp.where(v, 0, old)
 
 
 def _normalise(v: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -330,17 +294,10 @@ def _peephole_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, peephole, vali
         h_new = o * jnp.tanh(c_new)
         # saved per gate: a fusion that reads a scanned (T, B, 4H) array and splits it into gates
         # in the same pass is several times slower on XLA's CPU backend (the backward's would)
-        acts = (i, f, g, o)
-        if v is None:  # output = h sequence: emit it once
-            return (h_new, c_new), (h_new, acts, c_new)
-        h_new = jnp.where(v, h_new, h)
-        c_new = jnp.where(v, c_new, c)
-        out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
-        return (h_new, c_new), (out, acts, c_new, h_new)
+        return _masked_outputs(v, (h_new, c_new), (h, c), (i, f, g, o))
 
     (h_n, c_n), ys = lax.scan(step, (h0, c0), (x_proj, valid), reverse=reverse)
-    output, acts, c_seq = ys[:3]
-    h_seq = output if valid is None else ys[3]
+    output, acts, (h_seq, c_seq) = _scan_outputs(ys, valid)
     return (output, h_n, c_n), (acts, h_seq, c_seq)
 
 
@@ -402,21 +359,16 @@ def _gru_rb_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
     w_rz_t, w_n_t = w_hh[:2 * H].T, w_hh[2 * H:].T
     b_rz, b_n = (None, None) if b is None else (b[:2 * H], b[2 * H:])
 
-    def step(h, inputs):
+    def step(carry, inputs):
+        (h,) = carry
         xp_t, v = inputs
         r, z = jnp.split(jax.nn.sigmoid(_add(xp_t[:, :2 * H] + h @ w_rz_t, b_rz)), 2, axis=-1)
         n = jnp.tanh(_add(xp_t[:, 2 * H:] + (r * h) @ w_n_t, b_n))
         h_new = n + z * (h - n)
-        acts = (r, z, n)  # per gate, see _peephole_forward
-        if v is None:  # output = h sequence: emit it once
-            return h_new, (h_new, acts)
-        h_new = jnp.where(v, h_new, h)
-        out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
-        return h_new, (out, acts, h_new)
+        return _masked_outputs(v, (h_new,), (h,), (r, z, n))  # per gate, see _peephole_forward
 
-    h_n, ys = lax.scan(step, h0, (x_proj, valid), reverse=reverse)
-    output, acts = ys[:2]
-    h_seq = output if valid is None else ys[2]
+    (h_n,), ys = lax.scan(step, (h0,), (x_proj, valid), reverse=reverse)
+    output, acts, (h_seq,) = _scan_outputs(ys, valid)
     return (output, h_n), (acts, h_seq)
 
 

@@ -2,12 +2,15 @@
 
 Per layer and direction:
 
-    x_proj = x @ W_ih^T + b          one (T*B, I) x (I, G*H) GEMM for all steps
-    for t (lax.scan):  gates = x_proj[t] + h @ W_hh^T     one (B, H) x (H, G*H) GEMM per step
+    x_proj = x @ W_ih^T              one (T*B, I) x (I, G*H) GEMM for all steps
+    for t (lax.scan):  gates = x_proj[t] + h @ W_hh^T + b  one (B, H) x (H, G*H) GEMM per step
                        h, c = cell(gates, c)              gate math, fused by XLA
 
-LSTM: `b = b_ih + b_hh`.  GRU: `b = b_ih + [b_hr, b_hz, 0]`; `b_hn` stays in the step
-because the reset gate multiplies it.  `proj_size`: `h = (o * tanh(c)) @ W_hr^T`.
+LSTM: `b = b_ih + b_hh`.  GRU: `b = b_ih + [b_hr, b_hz, 0]`; `b_hn` stays with `W_hn h`
+because the reset gate multiplies it.  `proj_size`: `h = (o * tanh(c)) @ W_hr^T`.  The
+bias is added in the step, where it fuses with the add of the step's GEMM output, not
+to the hoisted projection: that would be one more pass over a (T, B, G*H) array (52 MB
+at S1).
 
 Any other catalogue cell (`GENERIC_CELLS`: ln_lstm, peephole_lstm, gru_reset_before, a
 user's own) runs `run_cell_direction`: its `project` hoisted over all T*B rows, then
@@ -51,17 +54,16 @@ def unsupported_reason(spec, *, lengths: bool, dtype: str) -> str | None:
     return None
 
 
-def input_projection(cell: str, p: LayerParams, x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
-    """`x_proj` (T, B, G*H) for all steps in one GEMM, and the GRU's in-step `b_hn`."""
+def input_projection(cell: str, p: LayerParams, x: jax.Array) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+    """`x_proj = x W_ih^T` (T, B, G*H) for all steps in one GEMM, the step bias `b` and the GRU's `b_hn`."""
     T, B, I = x.shape
     x_proj = (x.reshape(T * B, I) @ p.w_ih.T).reshape(T, B, -1)
     if p.b_ih is None:
-        return x_proj, None
+        return x_proj, None, None
     if cell == "lstm":
-        return x_proj + (p.b_ih + p.b_hh), None
+        return x_proj, p.b_ih + p.b_hh, None
     H = p.w_hh.shape[0] // 3
-    b_rz = p.b_ih[:2 * H] + p.b_hh[:2 * H]
-    return x_proj + jnp.concatenate([b_rz, p.b_ih[2 * H:]]), p.b_hh[2 * H:]
+    return x_proj, jnp.concatenate([p.b_ih[:2 * H] + p.b_hh[:2 * H], p.b_ih[2 * H:]]), p.b_hh[2 * H:]
 
 
 def _check_options(unroll, remat):
@@ -78,12 +80,14 @@ def run_direction(cell, p: LayerParams, x, h0, c0, lengths, reverse: bool, *, un
     if cell not in ("lstm", "gru"):
         return run_cell_direction(cell, p, x, h0, c0, lengths, reverse, unroll=unroll, remat=remat)
     T = x.shape[0]
-    x_proj, b_hn = input_projection(cell, p, x)
+    x_proj, bias, b_hn = input_projection(cell, p, x)
     w_hh_t = p.w_hh.T
     w_hr_t = None if p.w_hr is None else p.w_hr.T
 
     def step(carry, x_t):
         h, c = carry
+        if bias is not None:
+            x_t = x_t + bias
         if cell == "lstm":
             h_new, c_new = cells.lstm_cell(x_t + h @ w_hh_t, c)
             if w_hr_t is not None:

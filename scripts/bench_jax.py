@@ -103,12 +103,13 @@ def worker(args) -> dict:
         def run(params, x):
             return jax_impl.rnn(params, x, cell=args.cell, impl=args.impl, **options)[0]
 
-        # jax_impl.jit: jax.jit with rnnbench's XLA options (RNNBENCH_XLA, set by --xla)
+        # jax_impl.jit: jax.jit with rnnbench's XLA options for this step size (RNNBENCH_XLA, set by --xla)
         if args.mode == "forward":
-            compiled_fn = jax_impl.jit(run)
+            compiled_fn = jax_impl.jit(run, batch=B, hidden=H)
             call_args = (params, x)
         else:
-            compiled_fn = jax_impl.jit(jax.value_and_grad(lambda p, x, g: jnp.vdot(run(p, x), g), argnums=(0, 1)))
+            compiled_fn = jax_impl.jit(jax.value_and_grad(lambda p, x, g: jnp.vdot(run(p, x), g), argnums=(0, 1)),
+                                       batch=B, hidden=H)
             call_args = (params, x, g)
             mem = compiled_fn.lower(*call_args).compile().memory_analysis()
             if mem is not None:

@@ -221,6 +221,12 @@ def test_xla_options_modes(monkeypatch):
     monkeypatch.delenv("RNNBENCH_XLA", raising=False)
     assert xla_options.compiler_options("cpu") == xla_options.CPU_OPTIONS
     assert xla_options.compiler_options("gpu") == {}
+    # the fused dot only for small steps: large ones (S1's 64 x 512) compile with XLA's default
+    small, large = xla_options.SMALL_STEP, xla_options.SMALL_STEP + 1
+    assert xla_options.compiler_options("cpu", batch=1, hidden=small) == xla_options.CPU_OPTIONS
+    assert xla_options.compiler_options("cpu", batch=1, hidden=large) == {}
+    assert xla_options.compiler_options("cpu", batch=64, hidden=512) == {}
+    assert xla_options.compiler_options("cpu", batch=16, hidden=128) == xla_options.CPU_OPTIONS
     monkeypatch.setenv("RNNBENCH_XLA", "default")
     assert xla_options.compiler_options("cpu") == {}
     monkeypatch.setenv("RNNBENCH_XLA", "fast")
