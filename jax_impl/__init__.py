@@ -26,7 +26,7 @@ Other cells of the catalogue (`shared.cells`: `ln_lstm`, `peephole_lstm`,
     output, h_n = jax_impl.rnn(params, x, h0, cell="gru_reset_before", ...)       # gru family
 
 `jax_impl.jit(f)` is `jax.jit(f)` with the XLA options rnnbench measures with
-(`jax_impl.xla_options`: on the CPU, YNNPACK fuses the recurrent GEMM with its add).
+(`jax_impl.xla_options`: XLA's defaults, or `RNNBENCH_XLA=fused` for YNNPACK's dot fusion).
 
 NNX modules: `LayerNormLSTM`, `PeepholeLSTM`, `ResetBeforeGRU`, or `RNN(cell, ...)` for
 any cell (parameters named as the catalogue: `layernorm_ih_weight_l0`, `peephole_l0`, ...).

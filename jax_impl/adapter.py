@@ -36,12 +36,12 @@ def _enable_x64_if(dtype: str) -> None:
         jax.config.update("jax_enable_x64", True)
 
 
-def _jit(fn, dev, batch=None, hidden=None):
-    """`jax.jit` with rnnbench's XLA options for `dev`'s platform and the step's size (`jax_impl.xla_options`)."""
+def _jit(fn, dev):
+    """`jax.jit` with rnnbench's XLA options for `dev`'s platform (`jax_impl.xla_options`)."""
     import jax
 
     from .xla_options import compiler_options
-    return jax.jit(fn, compiler_options=compiler_options(dev.platform, batch=batch, hidden=hidden) or None)
+    return jax.jit(fn, compiler_options=compiler_options(dev.platform) or None)
 
 
 def _device(device: str):
@@ -195,14 +195,14 @@ class JaxWorkload:
         x_shape = (batch, seq_len, spec.input_size) if spec.batch_first else (seq_len, batch, spec.input_size)
         self.x = put(rng.standard_normal(x_shape))
         f = adapter._function(spec)
-        self._forward = _jit(lambda x, params: f(x, None, params)["output"], dev, batch, spec.hidden_size)
+        self._forward = _jit(lambda x, params: f(x, None, params)["output"], dev)
         out_shape = jax.eval_shape(self._forward, self.x, self.params).shape
         self.g = put(rng.standard_normal(out_shape))
 
         def loss(params, x, g):
             return jnp.vdot(f(x, None, params)["output"], g)
 
-        self._step = _jit(jax.value_and_grad(loss, argnums=(0, 1)), dev, batch, spec.hidden_size)
+        self._step = _jit(jax.value_and_grad(loss, argnums=(0, 1)), dev)
 
     def forward(self) -> None:
         import jax

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .cells import lstm_gate_scales
+from .cells import lstm_gate_scales, recurrent
 from .driver import LayerParams, layer_from_directions, valid_steps
 
 OPTIONS: dict = {}
@@ -145,14 +145,13 @@ def _previous(seq: jax.Array, h0: jax.Array, reverse: bool) -> jax.Array:
 def _lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, valid):
     x_proj = _project(x, w_ih)
     bias = None if b_ih is None else b_ih + b_hh
-    w_hh_t = w_hh.T
     w_hr_t = None if w_hr is None else w_hr.T
     s, b = lstm_gate_scales(c0.shape[-1], x.dtype)
 
     def step(carry, inputs):
         h, c = carry
         xp_t, v = inputs
-        i, f, g, o = jnp.split(jnp.tanh(_add(xp_t + h @ w_hh_t, bias) * s) * s + b, 4, axis=-1)
+        i, f, g, o = jnp.split(jnp.tanh(_add(xp_t + recurrent(h, w_hh), bias) * s) * s + b, 4, axis=-1)
         c_new = f * c + i * g
         h_new = o * jnp.tanh(c_new)
         if w_hr_t is not None:
@@ -229,13 +228,12 @@ def _gru_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
     H = h0.shape[-1]
     x_proj = _project(x, w_ih)
     b_x, b_hn = _gru_biases(b_ih, b_hh, H)
-    w_hh_t = w_hh.T
 
     def step(carry, inputs):
         (h,) = carry
         xp_t, v = inputs
         xp_t = _add(xp_t, b_x)
-        gh = h @ w_hh_t
+        gh = recurrent(h, w_hh)
         n_h = _add(gh[:, 2 * H:], b_hn)
         r, z = jnp.split(jax.nn.sigmoid(xp_t[:, :2 * H] + gh[:, :2 * H]), 2, axis=-1)
         n = jnp.tanh(xp_t[:, 2 * H:] + r * n_h)

@@ -115,6 +115,19 @@ def gru_cell(rz: jax.Array, n_x: jax.Array, n_h: jax.Array, h: jax.Array) -> jax
 LN_EPS = 1e-5  # nn.LayerNorm's default, as shared.cells documents
 
 
+def recurrent(h: jax.Array, w_hh: jax.Array) -> jax.Array:
+    """h W_hh^T, the step's recurrent product, (B, G*H).
+
+    At batch 1 it is computed as (W_hh h^T)^T, a matrix-vector product with the weight as
+    the left operand: XLA's CPU backend runs that form about 20% faster there (S2 forward
+    loop, same process, interleaved: 3.6 -> 2.8 ms median); at larger batches the plain
+    form is as fast.
+    """
+    if h.shape[0] == 1:
+        return jax.lax.dot_general(w_hh, h, (((1,), (1,)), ((), ()))).T
+    return h @ w_hh.T
+
+
 def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None) -> jax.Array:
     """x W^T + b (just x W^T when bias is None)."""
     y = x @ weight.T

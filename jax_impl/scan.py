@@ -81,7 +81,6 @@ def run_direction(cell, p: LayerParams, x, h0, c0, lengths, reverse: bool, *, un
         return run_cell_direction(cell, p, x, h0, c0, lengths, reverse, unroll=unroll, remat=remat)
     T = x.shape[0]
     x_proj, bias, b_hn = input_projection(cell, p, x)
-    w_hh_t = p.w_hh.T
     w_hr_t = None if p.w_hr is None else p.w_hr.T
 
     def step(carry, x_t):
@@ -89,12 +88,12 @@ def run_direction(cell, p: LayerParams, x, h0, c0, lengths, reverse: bool, *, un
         if bias is not None:
             x_t = x_t + bias
         if cell == "lstm":
-            h_new, c_new = cells.lstm_cell(x_t + h @ w_hh_t, c)
+            h_new, c_new = cells.lstm_cell(x_t + cells.recurrent(h, p.w_hh), c)
             if w_hr_t is not None:
                 h_new = h_new @ w_hr_t
         else:
             H = h.shape[-1]
-            gh = h @ w_hh_t
+            gh = cells.recurrent(h, p.w_hh)
             n_h = gh[:, 2 * H:] if b_hn is None else gh[:, 2 * H:] + b_hn
             h_new = cells.gru_cell(x_t[:, :2 * H] + gh[:, :2 * H], x_t[:, 2 * H:], n_h, h)
             c_new = c

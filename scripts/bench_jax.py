@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_jax.py                 # the S1/S2/S3 table + remat memory
     .venv/bin/python scripts/bench_jax.py --unroll-sweep  # scan's unroll on S3 forward
-    .venv/bin/python scripts/bench_jax.py --xla both      # jax_impl.xla_options vs XLA's defaults
+    .venv/bin/python scripts/bench_jax.py --xla both      # XLA's defaults vs jax_impl.xla_options' dot fusion
     .venv/bin/python scripts/bench_jax.py --impls scan,flax_linen --workloads S1 --modes train
     .venv/bin/python scripts/bench_jax.py --workloads S1 --modes train --threads 1 \
         --cell lstm,ln_lstm,peephole_lstm,gru_reset_before      # catalogue cells vs plain nn.LSTM
@@ -103,13 +103,12 @@ def worker(args) -> dict:
         def run(params, x):
             return jax_impl.rnn(params, x, cell=args.cell, impl=args.impl, **options)[0]
 
-        # jax_impl.jit: jax.jit with rnnbench's XLA options for this step size (RNNBENCH_XLA, set by --xla)
+        # jax_impl.jit: jax.jit with rnnbench's XLA options (RNNBENCH_XLA, set by --xla)
         if args.mode == "forward":
-            compiled_fn = jax_impl.jit(run, batch=B, hidden=H)
+            compiled_fn = jax_impl.jit(run)
             call_args = (params, x)
         else:
-            compiled_fn = jax_impl.jit(jax.value_and_grad(lambda p, x, g: jnp.vdot(run(p, x), g), argnums=(0, 1)),
-                                       batch=B, hidden=H)
+            compiled_fn = jax_impl.jit(jax.value_and_grad(lambda p, x, g: jnp.vdot(run(p, x), g), argnums=(0, 1)))
             call_args = (params, x, g)
             mem = compiled_fn.lower(*call_args).compile().memory_analysis()
             if mem is not None:
@@ -135,7 +134,7 @@ def worker(args) -> dict:
 
 
 def measure(framework, impl, workload, mode, *, unroll=1, remat=False, threads=2, budget=2.0, cell="lstm",
-            xla="tuned") -> dict:
+            xla="default") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, impl, workload, mode,
            "--unroll", str(unroll), "--threads", str(threads), "--budget", str(budget),
            "--cell", cell] + (["--remat"] if remat else [])
@@ -159,7 +158,7 @@ def main_table(args):
                 variants.append(("jax", "scan", {"unroll": args.unroll, "remat": True}))
             for framework, impl, opts in variants:
                 r = measure(framework, impl, workload, mode, threads=args.threads, budget=args.budget, **opts)
-                name = impl if framework == "torch" or opts.get("xla", "tuned") == "tuned" else f"{impl}[xla default]"
+                name = impl if framework == "torch" or opts.get("xla", "default") == "default" else f"{impl}[xla {opts['xla']}]"
                 key = (framework, name, r.get("remat", False), opts.get("cell", "lstm"))
                 per.setdefault(key, []).append(r)
                 print("  ", json.dumps(r), file=sys.stderr, flush=True)
@@ -224,9 +223,9 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed calls per measurement")
     parser.add_argument("--cell", default="lstm",
                         help="catalogue cell(s) the jax impls run, comma-separated (worker: one); torch stays nn.LSTM")
-    parser.add_argument("--xla", choices=("tuned", "default", "both"), default="tuned",
-                        help="XLA options of the jax impls: tuned (jax_impl.xla_options, default), XLA's default, "
-                             "or both side by side")
+    parser.add_argument("--xla", choices=("default", "fused", "both"), default="default",
+                        help="XLA options of the jax impls (RNNBENCH_XLA): XLA's default, jax_impl.xla_options' "
+                             "YNNPACK dot fusion, or both side by side")
     parser.add_argument("--unroll-sweep", action="store_true")
     parser.add_argument("--unrolls", default="1,2,4,8,16,32")
     args = parser.parse_args(argv)
@@ -238,7 +237,7 @@ def main(argv=None):
     args.workloads = [s for s in args.workloads.split(",") if s]
     args.modes = [s for s in args.modes.split(",") if s]
     args.cells = [s for s in args.cell.split(",") if s]
-    args.xla = ["tuned", "default"] if args.xla == "both" else [args.xla]
+    args.xla = ["default", "fused"] if args.xla == "both" else [args.xla]
     args.unrolls = [int(s) for s in args.unrolls.split(",")]
     if args.unroll_sweep:
         unroll_sweep(args)

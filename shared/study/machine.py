@@ -94,7 +94,7 @@ def machine_info(device: str = "cpu", threads: int | None = None) -> dict:
         "device": device,
         "threads": threads,
         # how the JAX rows were compiled: jax_impl.jit's XLA options (jax_impl/xla_options.py)
-        "xla_options": os.environ.get("RNNBENCH_XLA", "tuned"),
+        "xla_options": os.environ.get("RNNBENCH_XLA", "default"),
     }
     if device == "cuda":
         info["gpu"] = gpu_name()

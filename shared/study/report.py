@@ -28,7 +28,7 @@ def _machine_section(res: Results) -> list[str]:
     lines.append(f"- Device: {meta.get('device')}, dtype {meta.get('dtype')}")
     if m.get("xla_options"):
         lines.append(f"- JAX: compiled by `jax_impl.jit` with RNNBENCH_XLA={m['xla_options']} "
-                     f"({'XLA defaults' if m['xla_options'] == 'default' else 'jax_impl/xla_options.py: YNNPACK dot fusion for steps with batch*hidden <= 8192, XLA defaults above'})")
+                     f"({'XLA defaults' if m['xla_options'] == 'default' else 'jax_impl/xla_options.py CPU_OPTIONS: YNNPACK dot fusion'})")
     lines.append(f"- Libraries: {versions}; Python {m.get('python')}; {m.get('os')}")
     if m.get("git_commit"):
         lines.append(f"- rnnbench commit: {m['git_commit']}")
