@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ def failing_study(tmp_path_factory):
     mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     out = tmp_path_factory.mktemp("study")
     config = StudyConfig(out=out, cells=["lstm"], workloads=workloads.resolve("quick"), timeout=15,
-                         max_memory_gb=0.6, repeats=3, roof=False)
+                         max_memory_gb=0.6, repeats=3, min_time_s=0.0, roof=False)
     try:
         results = run_study(config, progress=False, log=lambda *a: None)
         yield out, read_records(results)
@@ -168,7 +169,7 @@ def test_resume_skips_what_is_done(failing_study, fake_registry, tmp_path):
     fake_registry("crash", "raise", "hang", "hog", "slow", "wrong", "absent", "extra")
     before = [r for r in records if r.get("kind") == "measurement"]
     config = StudyConfig(out=tmp_path, cells=["lstm"], workloads=workloads.resolve("quick"), timeout=15,
-                         repeats=3, roof=False, resume=True)
+                         repeats=3, min_time_s=0.0, roof=False, resume=True)
     (tmp_path / "results.jsonl").write_text((out / "results.jsonl").read_text())
     after = read_records(run_study(config, progress=False, log=lambda *a: None))
     measured = [r for r in after if r.get("kind") == "measurement"]
@@ -238,7 +239,7 @@ def custom_study(tmp_path_factory):
     mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     out = tmp_path_factory.mktemp("custom")
     config = StudyConfig(out=out, cells=["lstm", "gru"], custom_cells=["ln_lstm", "gru_reset_before"],
-                         workloads=workloads.resolve("quick"), timeout=30, repeats=3, roof=False)
+                         workloads=workloads.resolve("quick"), timeout=30, repeats=3, min_time_s=0.0, roof=False)
     try:
         results = run_study(config, progress=False, log=lambda *a: None)
         yield out, read_records(results)
@@ -332,6 +333,9 @@ def test_time_calls_stops_at_budget_but_times_at_least_three():
     samples = time_calls(lambda: calls.append(1), repeats=1000, budget_s=0.0)
     assert len(samples) == 3 == len(calls)
     assert len(time_calls(lambda: None, repeats=5, budget_s=60)) == 5
+    # fast calls are timed on past `repeats` until min_time_s, capped at max_samples
+    assert len(time_calls(lambda: None, repeats=5, budget_s=60, min_time_s=60, max_samples=40)) == 40
+    assert len(time_calls(lambda: time.sleep(0.002), repeats=2, budget_s=60, min_time_s=0.05)) >= 10
     s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert s["median"] == 3.0 and s["iqr"] == 2.0 and s["n"] == 5
 

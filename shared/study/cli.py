@@ -106,7 +106,11 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
                    help="comma-separated implementations (default: every one available here except those the registry opts out, e.g. jax.naive, whose compile takes minutes)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    p.add_argument("--repeats", type=_positive_int, default=10, help="timed calls per phase at most (default 10)")
+    p.add_argument("--repeats", type=_positive_int, default=10,
+                   help="timed calls per phase (default 10; fewer past --budget, more under --min-time)")
+    p.add_argument("--min-time", type=float, default=0.25,
+                   help="seconds a phase of fast calls is timed for at least, past --repeats (at most 1000 calls; "
+                        "default 0.25)")
     p.add_argument("--budget", type=float, default=1.0,
                    help="seconds per timed phase after which timing stops (after at least 3 calls; default 1)")
     p.add_argument("--timeout", type=float, default=240.0,
@@ -178,7 +182,8 @@ def _config(args, out: Path, **overrides):
     from .runner import DEFAULT_SWEEP_IMPLS, StudyConfig
 
     kw = dict(out=out, impls=args.impls, device=args.device, dtype=args.dtype, threads=args.threads,
-              repeats=args.repeats, budget_s=args.budget, timeout=args.timeout, max_memory_gb=args.max_memory_gb,
+              repeats=args.repeats, budget_s=args.budget, min_time_s=args.min_time, timeout=args.timeout,
+              max_memory_gb=args.max_memory_gb,
               parity=args.parity, resume=args.resume, retry_failed=args.retry_failed,
               argv=sys.argv[1:] if sys.argv and sys.argv[0].endswith(("rnnbench", "cli.py", "__main__.py")) else None)
     kw.update(overrides)

@@ -35,7 +35,8 @@ def _machine_section(res: Results) -> list[str]:
     if meta.get("argv") is not None:
         lines.append(f"- Command: `rnnbench {' '.join(meta['argv'])}`")
     lines.append(f"- Timing: first call (trace + compile) timed apart; then {meta.get('repeats')} timed calls "
-                 f"per phase at most (at least 3; fewer past {meta.get('budget_s')} s), medians reported; "
+                 f"per phase (at least 3; fewer past {meta.get('budget_s')} s; fast calls timed on for "
+                 f"{meta.get('min_time_s', 0)} s, at most 1000), medians reported; "
                  f"one subprocess per measurement, timeout {meta.get('timeout')} s")
     if len(res.metas) > 1:
         lines.append(f"- Measured over {len(res.metas)} sessions (resumed); ratios still pair rows of this file")

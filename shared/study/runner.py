@@ -185,6 +185,7 @@ class StudyConfig:
     threads: int = DEFAULT_THREADS
     repeats: int = 10
     budget_s: float = 1.0  # per timed phase; at least 3 calls are timed even past it
+    min_time_s: float = 0.25  # fast calls are timed on past `repeats` until the phase has run this long
     warmup: int = 1
     timeout: float = 240.0
     max_memory_gb: float | None = None  # None: 80% of this machine's memory
@@ -274,7 +275,7 @@ def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
                         rung=row.rung, adapter_key=row.key, cell=cell, workload=w.to_dict(),
                         workload_name=w.name, device=config.device, dtype=config.dtype,
                         threads=config.threads, repeats=config.repeats, budget_s=config.budget_s,
-                        warmup=config.warmup, parity=parity, seed=0,
+                        min_time_s=config.min_time_s, warmup=config.warmup, parity=parity, seed=0,
                         phases=["train"] if group == "custom" else ["forward", "train"],
                         flops_forward=w.flops(cell),
                         adapter_path=row.adapter_path or f"{row.framework}_impl.adapter:get_adapter"))
@@ -330,8 +331,8 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
         registry.get(n)  # a typo fails here, naming the valid names
     append_record(results, dict(kind="meta", run_id=run_id, started=_now(), argv=config.argv,
                                 device=config.device, dtype=config.dtype, threads=config.threads,
-                                repeats=config.repeats, budget_s=config.budget_s, timeout=config.timeout,
-                                resumed=bool(previous), machine=machine_info(config.device, config.threads)))
+                                repeats=config.repeats, budget_s=config.budget_s, min_time_s=config.min_time_s,
+                                timeout=config.timeout, resumed=bool(previous), machine=machine_info(config.device, config.threads)))
     log(f"probing {len(names)} implementations on {config.device} ...")
     reasons = probe_availability(names, config.device, timeout=max(config.timeout, 120))
     available = [n for n in names if reasons.get(n) is None]

@@ -58,15 +58,24 @@ def summarize(samples: list[float]) -> dict:
     return {"median": statistics.median(ordered), "iqr": iqr, "min": ordered[0], "n": len(ordered)}
 
 
-def time_calls(fn, repeats: int, budget_s: float, min_samples: int = 3) -> list[float]:
-    """Time `fn()` up to `repeats` times; stop early (after `min_samples`) past `budget_s`."""
+def time_calls(fn, repeats: int, budget_s: float, min_samples: int = 3, min_time_s: float = 0.0,
+               max_samples: int = 1000) -> list[float]:
+    """Time `fn()` `repeats` times; stop early (after `min_samples`) past `budget_s`.
+
+    Calls faster than `min_time_s / repeats` are timed on until the phase has run
+    `min_time_s` (at most `max_samples` calls): ten calls of a 2 ms step are one 20 ms
+    window, too short to see past the machine's jitter.
+    """
     samples: list[float] = []
     start = time.perf_counter()
-    while len(samples) < repeats:
+    while True:
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
-        if len(samples) >= min(min_samples, repeats) and time.perf_counter() - start > budget_s:
+        elapsed = time.perf_counter() - start
+        if len(samples) >= min(min_samples, repeats) and elapsed > budget_s:
+            break
+        if len(samples) >= repeats and (elapsed >= min_time_s or len(samples) >= max_samples):
             break
     return samples
 
@@ -165,16 +174,17 @@ def measure(job: dict, result_path: str) -> dict:
             save(first_forward_s=timed(wl.forward), phase="first_train_step")
         save(first_train_s=timed(wl.train_step), phase="forward" if forward else "train_step")
         repeats, budget, warmup = job["repeats"], job["budget_s"], job.get("warmup", 1)
+        min_time = job.get("min_time_s", 0.0)
         flops = spec.flops(w["seq_len"], w["batch"])
         if forward:
             for _ in range(warmup):
                 wl.forward()
-            fwd = summarize(time_calls(wl.forward, repeats, budget))
+            fwd = summarize(time_calls(wl.forward, repeats, budget, min_time_s=min_time))
             save(forward_s=fwd["median"], forward_iqr_s=fwd["iqr"], forward_n=fwd["n"],
                  gflops_forward=flops / fwd["median"] / 1e9, phase="train_step")
         for _ in range(warmup):
             wl.train_step()
-        trn = summarize(time_calls(wl.train_step, repeats, budget))
+        trn = summarize(time_calls(wl.train_step, repeats, budget, min_time_s=min_time))
         save(train_s=trn["median"], train_iqr_s=trn["iqr"], train_n=trn["n"],
              gflops_train=3 * flops / trn["median"] / 1e9,
              peak_rss_bytes=peak_rss_bytes(), peak_device_bytes=_device_peak_bytes(framework, device),
