@@ -23,7 +23,8 @@ What the CPU measurements (XLA 0.10.2, S1 forward+backward, 1 thread) decided:
   `dG^T X` with the large (T*B, G*H) operand transposed, about 1.8x slower;
 - column sums over all T*B rows go through a GEMV with a ones vector (`_sum_rows`):
   XLA's own reduction of a (T, B, N) array over (T, B) is ~10x slower with
-  `jax_impl.xla_options`' YNNPACK fusion setting (`RNNBENCH_XLA=fused`), and no faster without;
+  `jax_impl.xla_options`' YNNPACK fusion setting (`RNNBENCH_XLA=fused`, the default when
+  these cells were tuned);
 - sums a step can produce while its operands are in cache (the LayerNorm gain gradients,
   the peephole gradients) are accumulated in the backward scan's carry, row by row
   ((B, N) additions, no reduction in the loop), and reduced over the batch once at the
