@@ -10,12 +10,13 @@ then ONE GEMM (or reduction) over all T*B rows:
     dW_ih = dX_g^T X    dW_hh = dG_h^T H_prev    db = sum_{t,b} dG    dx = dX_g W_ih
     (LSTM with proj_size:  dW_hr = dH_cand^T M,  M = o * tanh(c))
 
-Forward (per step, time-major, `x_proj = x W_ih^T + b` hoisted, see `scan.py`):
+Forward (per step, time-major; `x_proj = x W_ih^T` hoisted and the bias `b` added in
+the step, as in `scan.py`):
 
-    LSTM  a = x_proj_t + h W_hh^T;  i,f,o = sigmoid(a_i,a_f,a_o);  g = tanh(a_g)
+    LSTM  a = x_proj_t + h W_hh^T + b;  i,f,o = sigmoid(a_i,a_f,a_o);  g = tanh(a_g)
           c' = f c + i g;  m = o tanh(c');  h' = m (or m W_hr^T with proj_size)
-    GRU   r,z = sigmoid(x_proj_{r,z} + (h W_hh^T)_{r,z});  n_h = (h W_hh^T)_n + b_hn
-          n = tanh(x_proj_n + r n_h);  h' = (1 - z) n + z h
+    GRU   r,z = sigmoid(x_proj_{r,z} + b_{r,z} + (h W_hh^T)_{r,z});  n_h = (h W_hh^T)_n + b_hn
+          n = tanh(x_proj_n + b_in + r n_h);  h' = (1 - z) n + z h
 
 Backward (per step, reversed scan order; `dh`, `dc` flow from the future):
 
@@ -48,6 +49,7 @@ from jax import lax
 
 from .cells import lstm_gate_scales, recurrent
 from .driver import LayerParams, layer_from_directions, valid_steps
+from .scan import input_projection
 
 OPTIONS: dict = {}
 # Lets the driver hand catalogue cells to this impl; `unsupported_reason` then refuses the
@@ -143,8 +145,7 @@ def _previous(seq: jax.Array, h0: jax.Array, reverse: bool) -> jax.Array:
 
 
 def _lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, valid):
-    x_proj = _project(x, w_ih)
-    bias = None if b_ih is None else b_ih + b_hh
+    x_proj, bias, _ = input_projection("lstm", LayerParams(w_ih, w_hh, b_ih, b_hh, w_hr), x)
     w_hr_t = None if w_hr is None else w_hr.T
     s, b = lstm_gate_scales(c0.shape[-1], x.dtype)
 
@@ -216,18 +217,9 @@ lstm_direction.defvjp(_lstm_fwd, _lstm_bwd)
 # GRU
 
 
-def _gru_biases(b_ih, b_hh, H):
-    """(b_x, b_hn): the bias added to x_proj in the step ([b_ir + b_hr, b_iz + b_hz, b_in])
-    and the one that stays with W_hn h, because the reset gate scales it."""
-    if b_ih is None:
-        return None, None
-    return jnp.concatenate([b_ih[:2 * H] + b_hh[:2 * H], b_ih[2 * H:]]), b_hh[2 * H:]
-
-
 def _gru_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
     H = h0.shape[-1]
-    x_proj = _project(x, w_ih)
-    b_x, b_hn = _gru_biases(b_ih, b_hh, H)
+    x_proj, b_x, b_hn = input_projection("gru", LayerParams(w_ih, w_hh, b_ih, b_hh, None), x)
 
     def step(carry, inputs):
         (h,) = carry
