@@ -109,8 +109,8 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=_positive_int, default=10,
                    help="timed calls per phase (default 10; fewer past --budget, more under --min-time)")
     p.add_argument("--min-time", type=float, default=0.25,
-                   help="seconds a phase of fast calls is timed for at least, past --repeats (at most 1000 calls; "
-                        "default 0.25)")
+                   help="seconds a phase of fast calls is timed for at least, past --repeats "
+                        "(at most 1000 calls, worker.MAX_TIMED_CALLS; default 0.25)")
     p.add_argument("--budget", type=float, default=1.0,
                    help="seconds per timed phase after which timing stops (after at least 3 calls; default 1)")
     p.add_argument("--timeout", type=float, default=240.0,

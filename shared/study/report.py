@@ -7,6 +7,7 @@ from pathlib import Path
 
 from . import plots
 from .runner import read_records
+from .worker import MAX_TIMED_CALLS
 from .table import (PLAIN_NATIVE, Results, collect, custom_cell_rows, custom_cell_skips, custom_markdown, fmt,
                     ladder, ladder_markdown, markdown_table, parity_note, table_rows, write_csv)
 
@@ -36,7 +37,7 @@ def _machine_section(res: Results) -> list[str]:
         lines.append(f"- Command: `rnnbench {' '.join(meta['argv'])}`")
     lines.append(f"- Timing: first call (trace + compile) timed apart; then {meta.get('repeats')} timed calls "
                  f"per phase (at least 3; fewer past {meta.get('budget_s')} s; fast calls timed on for "
-                 f"{meta.get('min_time_s', 0)} s, at most 1000), medians reported; "
+                 f"{meta.get('min_time_s', 0)} s, at most {MAX_TIMED_CALLS}), medians reported; "
                  f"one subprocess per measurement, timeout {meta.get('timeout')} s")
     if len(res.metas) > 1:
         lines.append(f"- Measured over {len(res.metas)} sessions (resumed); ratios still pair rows of this file")

@@ -58,8 +58,11 @@ def summarize(samples: list[float]) -> dict:
     return {"median": statistics.median(ordered), "iqr": iqr, "min": ordered[0], "n": len(ordered)}
 
 
+MAX_TIMED_CALLS = 1000  # per phase, however fast the call and however long --min-time
+
+
 def time_calls(fn, repeats: int, budget_s: float, min_samples: int = 3, min_time_s: float = 0.0,
-               max_samples: int = 1000) -> list[float]:
+               max_samples: int = MAX_TIMED_CALLS) -> list[float]:
     """Time `fn()` `repeats` times; stop early (after `min_samples`) past `budget_s`.
 
     Calls faster than `min_time_s / repeats` are timed on until the phase has run
