@@ -60,6 +60,34 @@ def _time_calls(fn, budget_s: float, min_reps: int = 5, max_reps: int = 200) -> 
     return times
 
 
+def jax_function(impl: str, cell: str, workload: str, mode: str, *, unroll: int = 1, remat: bool = False):
+    """(compiled function, its arguments) for one jax_impl measurement: "forward" runs the layer,
+    "train" its value and gradients (params and x) of the loss <output, g>; float32, seeded inputs."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jax_impl
+    from shared.params import init_params
+    from shared.spec import RNNSpec
+
+    T, B, I, H = WORKLOADS[workload]
+    spec = RNNSpec(cell, I, H)
+    rng = np.random.default_rng(0)
+    params = {k: jnp.asarray(v, jnp.float32) for k, v in init_params(spec, rng).items()}
+    x = jnp.asarray(rng.standard_normal((T, B, I)), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((T, B, H)), jnp.float32)
+    options = dict(unroll=unroll, remat=remat) if impl == "scan" else {}
+
+    def run(params, x):
+        return jax_impl.rnn(params, x, cell=cell, impl=impl, **options)[0]
+
+    # jax_impl.jit: jax.jit with rnnbench's XLA options (RNNBENCH_XLA, set by --xla)
+    if mode == "forward":
+        return jax_impl.jit(run), (params, x)
+    return jax_impl.jit(jax.value_and_grad(lambda p, x, g: jnp.vdot(run(p, x), g), argnums=(0, 1))), (params, x, g)
+
+
 def worker(args) -> dict:
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:args.threads]))
     T, B, I, H = WORKLOADS[args.workload]
@@ -84,32 +112,9 @@ def worker(args) -> dict:
                 x.grad = None
     else:
         import jax
-        import jax.numpy as jnp
-        import numpy as np
-
-        import jax_impl
-        from shared.params import init_params
-        from shared.spec import RNNSpec
-
-        spec = RNNSpec(args.cell, I, H)
-        rng = np.random.default_rng(0)
-        params = {k: jnp.asarray(v, jnp.float32) for k, v in init_params(spec, rng).items()}
-        x = jnp.asarray(rng.standard_normal((T, B, I)), jnp.float32)
-        g = jnp.asarray(rng.standard_normal((T, B, H)), jnp.float32)
-        options = {}
-        if args.impl == "scan":
-            options = dict(unroll=args.unroll, remat=args.remat)
-
-        def run(params, x):
-            return jax_impl.rnn(params, x, cell=args.cell, impl=args.impl, **options)[0]
-
-        # jax_impl.jit: jax.jit with rnnbench's XLA options (RNNBENCH_XLA, set by --xla)
-        if args.mode == "forward":
-            compiled_fn = jax_impl.jit(run)
-            call_args = (params, x)
-        else:
-            compiled_fn = jax_impl.jit(jax.value_and_grad(lambda p, x, g: jnp.vdot(run(p, x), g), argnums=(0, 1)))
-            call_args = (params, x, g)
+        compiled_fn, call_args = jax_function(args.impl, args.cell, args.workload, args.mode, unroll=args.unroll,
+                                              remat=args.remat)
+        if args.mode == "train":
             mem = compiled_fn.lower(*call_args).compile().memory_analysis()
             if mem is not None:
                 result["temp_mib"] = mem.temp_size_in_bytes / 2 ** 20

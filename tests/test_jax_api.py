@@ -254,3 +254,54 @@ def test_jit_with_xla_options_computes_the_same(monkeypatch, cell):
     plain = jax.jit(f)(params, x)
     for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(plain)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=2e-5)
+
+
+# ---------------------------------------------------------------------------------
+# jax_impl.profiling: XLA per-op times from a jax.profiler trace
+
+
+def test_parse_hlo_finds_gemms_inside_fusions():
+    from jax_impl.profiling import parse_hlo
+
+    hlo = """HloModule m
+%fused_dot (p0: f32[4,8], p1: f32[8,2]) -> f32[4,2] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  %p1 = f32[8,2]{1,0} parameter(1)
+  ROOT %d = f32[4,2]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+%fused_tanh (p0.1: f32[4,2]) -> f32[4,2] {
+  %p0.1 = f32[4,2]{1,0} parameter(0)
+  ROOT %t = f32[4,2]{1,0} tanh(%p0.1)
+}
+ENTRY %main (a: f32[4,8], b: f32[8,2]) -> f32[4,2] {
+  %a = f32[4,8]{1,0} parameter(0)
+  %b = f32[8,2]{1,0} parameter(1)
+  %ynn_fusion = f32[4,2]{1,0} fusion(%a, %b), kind=kCustom, calls=%fused_dot
+  ROOT %tanh_fusion = f32[4,2]{1,0} fusion(%ynn_fusion), kind=kLoop, calls=%fused_tanh
+}
+"""
+    ops = parse_hlo(hlo)
+    assert ops["ynn_fusion"] == ("fusion", True)
+    assert ops["tanh_fusion"] == ("fusion", False)
+    assert ops["d"] == ("dot", True)
+
+
+def test_op_times_counts_the_ops_of_a_scan_body_per_step():
+    """A 7-step scan whose body is a matmul: the trace holds a GEMM op that ran 7 times per call."""
+    import jax
+    import jax.numpy as jnp
+
+    from jax_impl.profiling import op_times, summarize
+
+    w = jnp.ones((48, 48), jnp.float32) / 48
+
+    def f(h, xs):
+        return jax.lax.scan(lambda h, x: (jnp.tanh(h @ w + x), None), h, xs)[0]
+
+    profile = op_times(jax.jit(f), jnp.ones((4, 48), jnp.float32), jnp.ones((7, 4, 48), jnp.float32), calls=2)
+    gemms = [r for r in profile.rows if r.gemm]
+    assert gemms and any(r.count_per_call == 7 for r in gemms), profile.rows
+    assert all(r.ms_per_call >= 0 for r in profile.rows) and profile.wall_ms_per_call > 0
+    assert "GEMMs" in summarize(profile)
+    with pytest.raises(ValueError, match="calls"):
+        op_times(jax.jit(f), jnp.ones((4, 48)), jnp.ones((7, 4, 48)), calls=0)
