@@ -14,7 +14,10 @@ weight's gradient (`scripts/profile_jax.py`).
 
 Times are the trace's event durations summed per instruction: with several threads,
 ops that run concurrently both count, so the sum can exceed the wall time (which is
-reported beside it).  Control-flow
+reported beside it).  Some work is not in the trace: the while loops' own overhead, and
+an op XLA runs asynchronously -- a large Eigen `dot` on its thread pool -- may show only
+its launch (in `jax.bptt`'s S1 step the one-GEMM weight gradients show 3 ms where they
+take ~60); a sum well below the wall time is the sign.  Control-flow
 instructions (while, call, conditional) are left out: their events span their bodies'.
 """
 
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 import jax
 
 _CONTROL_FLOW = ("while", "call", "conditional")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*?)\s([a-z][\w\-]*)\(")
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s.*\{\s*$")
 _CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)")
 
@@ -42,6 +45,7 @@ _CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)")
 class OpTime:
     name: str  # the HLO instruction
     opcode: str  # fusion, dot, copy, ...
+    shape: str  # its result, e.g. f32[64,2048]
     ms_per_call: float
     count_per_call: float  # executions per call of the function (the trip count inside a loop)
     gemm: bool
@@ -53,9 +57,9 @@ class Profile:
     wall_ms_per_call: float  # of the traced calls, profiler overhead included
 
 
-def parse_hlo(hlo_text: str) -> dict[str, tuple[str, bool]]:
-    """{instruction name: (opcode, contains a dot)} for every instruction of an HLO module's text."""
-    computations: dict[str, list[tuple[str, str, list[str]]]] = {}
+def parse_hlo(hlo_text: str) -> dict[str, tuple[str, str, bool]]:
+    """{instruction name: (opcode, result shape, contains a dot)} for every instruction of an HLO module's text."""
+    computations: dict[str, list[tuple[str, str, str, list[str]]]] = {}
     current = None
     for line in hlo_text.splitlines():
         m = _COMPUTATION.match(line)
@@ -64,18 +68,19 @@ def parse_hlo(hlo_text: str) -> dict[str, tuple[str, bool]]:
             continue
         m = _INSTRUCTION.match(line)
         if m and current is not None:
-            current.append((m.group(1), m.group(2), _CALLS.findall(line)))
+            shape = re.sub(r"\{[^}]*\}", "", m.group(2))  # drop the layout: f32[64,2048]{1,0}
+            current.append((m.group(1), m.group(3), shape, _CALLS.findall(line)))
     has_dot: dict[str, bool] = {}
 
     def computation_has_dot(name: str, seen=()) -> bool:
         if name not in has_dot:
             has_dot[name] = any(op == "dot" or any(computation_has_dot(c, seen + (name,)) for c in called
                                                    if c not in seen)
-                                for _, op, called in computations.get(name, ()))
+                                for _, op, _, called in computations.get(name, ()))
         return has_dot[name]
 
-    return {name: (op, op == "dot" or (op not in _CONTROL_FLOW and any(computation_has_dot(c) for c in called)))
-            for instructions in computations.values() for name, op, called in instructions}
+    return {name: (op, shape, op == "dot" or (op not in _CONTROL_FLOW and any(computation_has_dot(c) for c in called)))
+            for instructions in computations.values() for name, op, shape, called in instructions}
 
 
 def _trace_events(log_dir: str) -> list[dict]:
@@ -117,8 +122,8 @@ def op_times(compiled_fn, *args, calls: int = 3, warmup: int = 2) -> Profile:
     if not total_us:
         raise RuntimeError("the profiler trace holds no op of the compiled program "
                            f"(backend {jax.default_backend()!r} may not report XLA ops)")
-    rows = [OpTime(name, ops[name][0], total_us[name] / calls / 1e3, count[name] / calls, ops[name][1])
-            for name in total_us]
+    rows = [OpTime(name, ops[name][0], ops[name][1], total_us[name] / calls / 1e3, count[name] / calls,
+                   ops[name][2]) for name in total_us]
     return Profile(sorted(rows, key=lambda r: -r.ms_per_call), wall_ms)
 
 
@@ -127,10 +132,10 @@ def summarize(profile: Profile, top: int = 12) -> str:
     rows = profile.rows
     total = sum(r.ms_per_call for r in rows)
     gemm = sum(r.ms_per_call for r in rows if r.gemm)
-    lines = ["| op | kind | ms per call | runs per call | share |", "|---|---|---:|---:|---:|"]
+    lines = ["| op | kind | result | ms per call | runs per call | share |", "|---|---|---|---:|---:|---:|"]
     for r in rows[:top]:
         kind = f"{r.opcode}, GEMM" if r.gemm else r.opcode
-        lines.append(f"| {r.name} | {kind} | {r.ms_per_call:.1f} | {r.count_per_call:g} | "
+        lines.append(f"| {r.name} | {kind} | {r.shape} | {r.ms_per_call:.1f} | {r.count_per_call:g} | "
                      f"{r.ms_per_call / total:.0%} |")
     lines.append(f"\nsum of op times {total:.1f} ms per call: GEMMs {gemm:.1f} ms ({gemm / total:.0%}), "
                  f"everything else {total - gemm:.1f} ms ({len(rows)} ops); wall {profile.wall_ms_per_call:.1f} ms "

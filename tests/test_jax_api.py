@@ -281,9 +281,10 @@ ENTRY %main (a: f32[4,8], b: f32[8,2]) -> f32[4,2] {
 }
 """
     ops = parse_hlo(hlo)
-    assert ops["ynn_fusion"] == ("fusion", True)
-    assert ops["tanh_fusion"] == ("fusion", False)
-    assert ops["d"] == ("dot", True)
+    assert ops["ynn_fusion"] == ("fusion", "f32[4,2]", True)
+    assert ops["tanh_fusion"] == ("fusion", "f32[4,2]", False)
+    assert ops["d"] == ("dot", "f32[4,2]", True)
+    assert ops["a"] == ("parameter", "f32[4,8]", False)
 
 
 def test_op_times_counts_the_ops_of_a_scan_body_per_step():
