@@ -16,8 +16,8 @@ Times are the trace's event durations summed per instruction: with several threa
 ops that run concurrently both count, so the sum can exceed the wall time (which is
 reported beside it).  Some work is not in the trace: the while loops' own overhead, and
 an op XLA runs asynchronously -- a large Eigen `dot` on its thread pool -- may show only
-its launch (in `jax.bptt`'s S1 step the one-GEMM weight gradients show 3 ms where they
-take ~60); a sum well below the wall time is the sign.  Control-flow
+its launch (in `jax.bptt`'s S1 step the one-GEMM weight gradients show 3 ms, and the op
+times sum to ~60 ms less than the wall time); a sum well below the wall time is the sign.  Control-flow
 instructions (while, call, conditional) are left out: their events span their bodies'.
 """
 
@@ -94,8 +94,8 @@ def _trace_events(log_dir: str) -> list[dict]:
 def op_times(compiled_fn, *args, calls: int = 3, warmup: int = 2) -> Profile:
     """Per-op times of `compiled_fn(*args)` (a `jax.jit`-ed function), averaged over `calls` traced calls.
 
-    Raises when the trace holds no op of the
-    compiled program (a backend whose profiler does not report XLA ops).
+    Raises when the trace holds no op of the compiled program (a backend whose profiler
+    does not report XLA ops).
     """
     if calls < 1:
         raise ValueError(f"calls must be >= 1, got {calls}")
