@@ -14,7 +14,7 @@ ASV := $(VENV)/bin/asv
 RANGE ?= HEAD~5..HEAD
 BENCH_ARGS ?=
 
-.PHONY: venv run test ladder parity parity-quick bench bench-quick bench-history bench-publish profile-torch vectors vectors-check gpu-check clean
+.PHONY: venv run test ladder parity parity-quick bench bench-quick bench-history bench-publish profile-torch profile-jax vectors vectors-check gpu-check clean
 
 venv: $(STAMP)
 
@@ -56,6 +56,10 @@ bench-publish: venv
 
 profile-torch: venv
 	$(PY) scripts/profile_torch.py time --clock process --threads 1
+
+# XLA per-op times of jax.scan and jax.bptt at S1 forward+backward (jax.profiler trace)
+profile-jax: venv
+	$(PY) scripts/profile_jax.py
 
 parity: venv
 	$(PY) -m shared.cli parity
