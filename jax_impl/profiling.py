@@ -72,10 +72,9 @@ def parse_hlo(hlo_text: str) -> dict[str, tuple[str, str, bool]]:
             current.append((m.group(1), m.group(3), shape, _CALLS.findall(line)))
     has_dot: dict[str, bool] = {}
 
-    def computation_has_dot(name: str, seen=()) -> bool:
+    def computation_has_dot(name: str) -> bool:  # HLO's call graph is acyclic
         if name not in has_dot:
-            has_dot[name] = any(op == "dot" or any(computation_has_dot(c, seen + (name,)) for c in called
-                                                   if c not in seen)
+            has_dot[name] = any(op == "dot" or any(computation_has_dot(c) for c in called)
                                 for _, op, _, called in computations.get(name, ()))
         return has_dot[name]
 
@@ -99,15 +98,17 @@ def op_times(compiled_fn, *args, calls: int = 3, warmup: int = 2) -> Profile:
     """
     if calls < 1:
         raise ValueError(f"calls must be >= 1, got {calls}")
-    ops = parse_hlo(compiled_fn.lower(*args).compile().as_text())
+    # compile once and run that executable: the profiled program is the parsed one
+    executable = compiled_fn.lower(*args).compile()
+    ops = parse_hlo(executable.as_text())
     for _ in range(warmup):
-        jax.block_until_ready(compiled_fn(*args))
+        jax.block_until_ready(executable(*args))
     with tempfile.TemporaryDirectory(prefix="rnnbench-trace-") as log_dir:
         jax.profiler.start_trace(log_dir)
         try:
             start = time.perf_counter()
             for _ in range(calls):
-                jax.block_until_ready(compiled_fn(*args))
+                jax.block_until_ready(executable(*args))
             wall_ms = (time.perf_counter() - start) / calls * 1e3
         finally:
             jax.profiler.stop_trace()
