@@ -16,6 +16,7 @@ a direction function composed by `torch_impl.driver`.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 
 import torch
@@ -40,6 +41,32 @@ class BackendUnavailableError(RuntimeError):
     """The chosen backend cannot run on this device here; the message says why."""
 
 
+def _check_constructor_args(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                            proj_size) -> None:
+    """`nn.RNNBase.__init__`'s checks, in its order, with its exception types and words."""
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Number) or not 0 <= dropout <= 1:
+        raise ValueError("dropout should be a number in range [0, 1] representing the probability of an "
+                         f"element being zeroed, got {dropout!r}")
+    for name, value in (("bias", bias), ("batch_first", batch_first), ("bidirectional", bidirectional)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} should be of type bool, got: {type(value).__name__}")
+    for name, value in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers),
+                        ("proj_size", proj_size)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} should be of type int, got: {type(value).__name__}")
+    if input_size <= 0:
+        raise ValueError(f"input_size must be greater than zero, got {input_size}")
+    if hidden_size <= 0:
+        raise ValueError(f"hidden_size must be greater than zero, got {hidden_size}")
+    if num_layers <= 0:
+        raise ValueError(f"num_layers must be greater than zero, got {num_layers}")
+    if proj_size < 0:
+        raise ValueError(f"proj_size should be a positive integer or zero to disable projections, got {proj_size}")
+    if proj_size >= hidden_size:
+        raise ValueError(f"proj_size has to be smaller than hidden_size, got proj_size={proj_size} and "
+                         f"hidden_size={hidden_size}")
+
+
 class _RNNBase(nn.Module):
     mode: str  # "LSTM" or "GRU", as nn.RNNBase
 
@@ -48,12 +75,14 @@ class _RNNBase(nn.Module):
                  bidirectional: bool = False, proj_size: int = 0, device=None, dtype=None,
                  *, backend: str = "eager"):
         super().__init__()
+        _check_constructor_args(input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                                bidirectional, proj_size)
         spec = RNNSpec(cell, input_size, hidden_size, num_layers, bias, batch_first, bidirectional,
                        proj_size, dropout)
         if dropout > 0 and num_layers == 1:
             warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero "
                           f"dropout expects num_layers greater than 1, but got dropout={dropout} and "
-                          f"num_layers={num_layers}")
+                          f"num_layers={num_layers}", stacklevel=3)
         self.spec = spec
         self.cell = cell
         self._has_c = spec.cell_def.has_cell_state  # LSTM family: state (h, c); GRU family: h
@@ -135,17 +164,19 @@ class _RNNBase(nn.Module):
         if not isinstance(input, Tensor):
             raise TypeError(f"input must be a Tensor or a PackedSequence, got {type(input).__name__}")
         if input.dim() not in (2, 3):
-            raise RNNInputError(f"{self.mode}: expected input to be 2-D (unbatched) or 3-D (batched), "
-                                f"got {input.dim()}-D with shape {tuple(input.shape)}")
-        self._check_input(input)
+            raise RNNInputError(f"{self.mode}: Expected input to be 2D or 3D, got {input.dim()}D instead "
+                                f"(shape {tuple(input.shape)})")
+        self._check_input(input, packed=False)
         batched = input.dim() == 3
+        batch_dim = 0 if self.batch_first else 1
         if not batched:
             if lengths is not None:
                 raise RNNInputError("lengths= needs batched 3-D input")
-            input = input.unsqueeze(1 if not self.batch_first else 0)
-            hx = self._unsqueeze_hx(hx)
-        batch_dim = 0 if self.batch_first else 1
+            input = input.unsqueeze(batch_dim)
         B, T = input.shape[batch_dim], input.shape[1 - batch_dim]
+        if T == 0:
+            raise RNNInputError(f"{self.mode}: Expected sequence length to be larger than 0 in RNN "
+                                f"(input shape {tuple(input.shape)})")
         hx = self._check_hx(hx, B, input, batched)
         if lengths is not None:
             lengths = self._check_lengths(lengths, B, T, input.device)
@@ -173,10 +204,7 @@ class _RNNBase(nn.Module):
 
     def _forward_packed(self, packed: PackedSequence, hx):
         data, batch_sizes, sorted_indices, unsorted_indices = packed
-        if data.dim() != 2:
-            raise RNNInputError(f"{self.mode}: PackedSequence data must be 2-D (total steps, features), "
-                                f"got {data.dim()}-D")
-        self._check_input(data)
+        self._check_input(data, packed=True)
         B = int(batch_sizes[0])
         hx = self._check_hx(hx, B, data, batched=True)
         if hx is not None and sorted_indices is not None:
@@ -213,6 +241,10 @@ class _RNNBase(nn.Module):
 
     def _native(self, x: Tensor, batch_sizes: Tensor | None, hx):
         """nn.LSTM/nn.GRU's own kernel on this module's parameters."""
+        if backends.under_vmap():
+            raise RuntimeError(f"backend 'native' runs aten::{self.cell} (nn.{self.mode}'s fused kernel), which "
+                               "torch.func.vmap cannot batch (PyTorch has no batching rule for it, nn."
+                               f"{self.mode} fails the same way); use backend='eager' or 'autograd' under vmap")
         if x.is_cuda:
             self.flatten_parameters()
         if hx is None:
@@ -243,63 +275,68 @@ class _RNNBase(nn.Module):
         if reason is not None:
             raise BackendUnavailableError(f"backend {self.backend!r} cannot run on {device}: {reason}")
 
-    def _check_input(self, x: Tensor) -> None:
-        if x.shape[-1] != self.input_size:
-            raise RNNInputError(f"{self.mode}: input has {x.shape[-1]} features (last dimension of shape "
-                                f"{tuple(x.shape)}), expected input_size={self.input_size}")
+    def _check_input(self, x: Tensor, packed: bool) -> None:
+        """`nn.RNNBase.check_input`'s checks, in its order, types and words (dtype, rank, size, device)."""
         w = self._flat_weights[0]
         if x.dtype != w.dtype:
-            raise RNNInputError(f"{self.mode}: input dtype {x.dtype} does not match the parameters' dtype "
-                                f"{w.dtype}; convert the input (input.to({w.dtype})) or the module")
+            raise RNNInputError(f"RNN input dtype ({x.dtype}) does not match weight dtype ({w.dtype}). "
+                                f"Convert input: input.to({w.dtype}), or convert model: model.to({x.dtype})")
+        if packed and x.dim() != 2:
+            raise RNNInputError(f"{self.mode}: input must have 2 dimensions, got {x.dim()} "
+                                "(PackedSequence data is (total steps, features))")
+        if x.shape[-1] != self.input_size:
+            raise RNNInputError(f"{self.mode}: input.size(-1) must be equal to input_size. Expected "
+                                f"{self.input_size}, got {x.shape[-1]} (input shape {tuple(x.shape)})")
         if x.device != w.device:
-            raise RNNInputError(f"{self.mode}: input is on {x.device} but the parameters are on {w.device}")
+            raise RNNInputError("Input and parameter tensors are not at the same device, found input tensor at "
+                                f"{x.device} and parameter tensor at {w.device}")
 
     def _hx_tuple(self, hx):
         if hx is None:
             return None
         return hx if self._has_c else hx[0]
 
-    def _unsqueeze_hx(self, hx):
-        if hx is None:
-            return None
-        parts = self._split_hx(hx)
-        for name, h in parts:
-            if h.dim() != 2:
-                raise RNNInputError(f"{self.mode}: for unbatched 2-D input, {name} must be 2-D, "
-                                    f"got {h.dim()}-D with shape {tuple(h.shape)}")
-        unsqueezed = tuple(h.unsqueeze(1) for _, h in parts)
-        return unsqueezed if self._has_c else unsqueezed[0]
-
-    def _split_hx(self, hx) -> list[tuple[str, Tensor]]:
+    def _split_hx(self, hx) -> list[Tensor]:
         if self._has_c:
             if not isinstance(hx, (tuple, list)) or len(hx) != 2 or not all(isinstance(h, Tensor) for h in hx):
                 raise RNNInputError(f"{self.mode}: hx must be a tuple (h_0, c_0) of two Tensors, got {type(hx).__name__}"
                                     + (f" of length {len(hx)}" if isinstance(hx, (tuple, list)) else ""))
-            return [("h_0", hx[0]), ("c_0", hx[1])]
+            return list(hx)
         if not isinstance(hx, Tensor):
             raise RNNInputError(f"{self.mode}: hx must be a Tensor h_0, got {type(hx).__name__}")
-        return [("h_0", hx)]
+        return [hx]
 
     def _check_hx(self, hx, batch: int, x: Tensor, batched: bool):
-        """Validate hx against the (batched) input; return a tuple (h0, c0|None) or None."""
+        """Validate hx as `nn.LSTM`/`nn.GRU.forward` do (same types, same words); unsqueeze it for
+        unbatched input; return a tuple (h0, c0|None) or None."""
         if hx is None:
             return None
         parts = self._split_hx(hx)
+        rank = 3 if batched else 2
+        if any(h.dim() != rank for h in parts):
+            kind = "batched 3-D" if batched else "unbatched 2-D"
+            if self._has_c:
+                raise RNNInputError(f"{self.mode}: For {kind} input, hx and cx should also be {rank}-D but got "
+                                    f"({parts[0].dim()}-D, {parts[1].dim()}-D) tensors")
+            raise RNNInputError(f"{self.mode}: For {kind} input, hx should also be {rank}-D but got "
+                                f"{parts[0].dim()}-D tensor")
+        if not batched:
+            parts = [h.unsqueeze(1) for h in parts]
         shapes = self.spec.state_shapes(batch)
-        expected = {"h_0": shapes["h"], "c_0": shapes.get("c")}
-        for name, h in parts:
-            want = expected[name]
+        for k, h in enumerate(parts):
+            want = shapes["h" if k == 0 else "c"]
             if tuple(h.shape) != tuple(want):
-                shown = want if batched else (want[0], want[2])
-                got = tuple(h.shape) if batched else (tuple(h.shape[:1]) + tuple(h.shape[2:]))
-                raise RNNInputError(f"{self.mode}: {name} has shape {got}, expected {tuple(shown)} "
-                                    "(num_layers * num_directions, batch, "
-                                    f"{'proj_size or hidden_size' if name == 'h_0' else 'hidden_size'})")
-            if h.dtype != x.dtype:
-                raise RNNInputError(f"{self.mode}: {name} has dtype {h.dtype}, expected {x.dtype} (the input's)")
+                label = f"hidden[{k}]" if self._has_c else "hidden"
+                size = "proj_size or hidden_size" if k == 0 else "hidden_size"
+                raise RNNInputError(f"{self.mode}: Expected {label} size {tuple(want)}, got {list(h.shape)} "
+                                    f"({'h_0' if k == 0 else 'c_0'} is (num_layers * num_directions, batch, {size}))")
             if h.device != x.device:
-                raise RNNInputError(f"{self.mode}: {name} is on {h.device}, expected {x.device} (the input's)")
-        return (parts[0][1], parts[1][1] if len(parts) == 2 else None)
+                raise RNNInputError("Input and hidden tensors are not at the same device, found input tensor at "
+                                    f"{x.device} and hidden tensor at {h.device}")
+            if h.dtype != x.dtype:
+                raise RNNInputError(f"{self.mode}: {'h_0' if k == 0 else 'c_0'} has dtype {h.dtype}, expected "
+                                    f"{x.dtype} (the input's)")
+        return (parts[0], parts[1] if len(parts) == 2 else None)
 
     def _check_lengths(self, lengths, batch: int, seq_len: int, device) -> Tensor:
         lengths = torch.as_tensor(lengths)
@@ -343,7 +380,11 @@ class GRU(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device=None, dtype=None, *, backend: str = "eager"):
+                 device=None, dtype=None, *, backend: str = "eager", **kwargs):
+        if "proj_size" in kwargs:  # nn.GRU's own check (it takes **kwargs for this)
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        if kwargs:
+            raise TypeError(f"GRU.__init__() got an unexpected keyword argument {next(iter(kwargs))!r}")
         super().__init__("gru", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, 0, device, dtype, backend=backend)
 
