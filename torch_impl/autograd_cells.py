@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import autograd_fn
+from . import autograd_fn, cells
 
 CELLS = ("peephole_lstm", "ln_lstm")
 LN_EPS = 1e-5
@@ -49,6 +49,8 @@ def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Ten
         raise ValueError(f"the autograd backend implements {autograd_fn.CELLS + CELLS}, not {cell!r}")
     if w_hr is not None:
         raise ValueError(f"{cell} does not support proj_size")
+    if autograd_fn.eager_fallback(x):  # empty batch, torch.func transforms: the same math, recorded
+        return cells.run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, None, lengths, extras)
     if cell == "ln_lstm":
         return _ln_lstm_direction(x, h0, c0, w_ih, w_hh, b_ih, b_hh, extras or {}, lengths)
     peephole = (extras or {}).get("peephole")
@@ -110,13 +112,16 @@ class _PeepholeFunction(torch.autograd.Function):
     def forward(ctx, x, h0, c0, w_ih, w_hh, bias, peephole, lengths):
         out, h_n, c_n, (A, hs, cs, tcs) = _peephole_forward(x, h0, c0, w_ih, w_hh, bias, peephole,
                                                               lengths, save=True)
-        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, peephole, lengths, A, hs, cs, tcs)
+        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, bias, peephole, lengths, A, hs, cs, tcs)
         ctx.has_bias = bias is not None
         return out, h_n, c_n
 
     @staticmethod
     def backward(ctx, d_out, d_hn, d_cn):
-        x, h0, c0, w_ih, w_hh, peephole, lengths, A, hs, cs, tcs = ctx.saved_tensors
+        x, h0, c0, w_ih, w_hh, bias, peephole, lengths, A, hs, cs, tcs = ctx.saved_tensors
+        if autograd_fn.kernel_backward_unusable((d_out, d_hn, d_cn)):
+            return autograd_fn.differentiable_grads(_peephole_recorded, (x, h0, c0, w_ih, w_hh, bias, peephole, lengths),
+                                                    ctx.needs_input_grad, (d_out, d_hn, d_cn))
         T, B, I = x.shape
         H = w_hh.shape[1]
         # gradient reaching each h_t and c_t from outside the recurrence
@@ -258,16 +263,22 @@ class _LNLSTMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths):
         out, h_n, c_n, (keep, _) = _ln_lstm_forward(xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths, save=True)
-        ctx.save_for_backward(h0, c0, w_hh, g_hh, g_c, lengths)
-        ctx.keep = keep  # intermediates only (never an input or output), so kept on ctx
+        # The per-step intermediates go through save_for_backward too, so that autograd frees
+        # them after the backward (and keeps them for a second one under retain_graph=True).
+        ctx.keys = tuple(keep)
+        ctx.save_for_backward(xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths,
+                              *[t for k in ctx.keys for t in keep[k]])
         ctx.has_bias = b_hh is not None
         return out, h_n, c_n
 
     @staticmethod
     def backward(ctx, d_out, d_hn, d_cn):
-        h0, c0, w_hh, g_hh, g_c, lengths = ctx.saved_tensors
-        k = ctx.keep
-        del ctx.keep
+        xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths, *steps = ctx.saved_tensors
+        if autograd_fn.kernel_backward_unusable((d_out, d_hn, d_cn)):
+            return autograd_fn.differentiable_grads(_ln_lstm_recorded, (xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths),
+                                                    ctx.needs_input_grad, (d_out, d_hn, d_cn))
+        T = xpb.shape[0]
+        k = {key: steps[n * T:(n + 1) * T] for n, key in enumerate(ctx.keys)}
         gates, cs, tcs = k["gates"], k["c"], k["tc"]
         T = len(gates)
         B, G = gates[0].shape
@@ -318,3 +329,21 @@ class _LNLSTMFunction(torch.autograd.Function):
             d_w_hh.addmm_(d_rec[1:].reshape((T - 1) * B, G).t(), h_prev.reshape((T - 1) * B, H))
         d_b_hh = d_rec.sum((0, 1)) if ctx.has_bias else None
         return dA, dh, dc, d_w_hh, d_b_hh, d_g_hh, d_g_c, d_b_c, None
+
+
+# ---- the same recurrences recorded by autograd (double backward, batched grad_outputs) ------------
+
+def _peephole_recorded(x, h0, c0, w_ih, w_hh, bias, peephole, lengths):
+    T, B, I = x.shape
+    x_proj = cells.linear(x.reshape(T * B, I), w_ih, bias).view(T, B, -1)
+    out, (h_n, c_n) = cells.time_loop(cells.peephole_lstm_step, x_proj, (h0, c0),
+                                      {"weight_hh": w_hh, "peephole": peephole}, lengths)
+    return out, h_n, c_n
+
+
+def _ln_lstm_recorded(xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths):
+    """xpb already holds LN_hh's bias, so the step's LN_hh runs without one."""
+    p = {"weight_hh": w_hh, "bias_hh": b_hh, "layernorm_hh_weight": g_hh, "layernorm_hh_bias": None,
+         "layernorm_c_weight": g_c, "layernorm_c_bias": b_c}
+    out, (h_n, c_n) = cells.time_loop(cells.ln_lstm_step, xpb, (h0, c0), p, lengths)
+    return out, h_n, c_n

@@ -89,6 +89,11 @@ def run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None, w_hr=None, 
         valid step.  Differentiable w.r.t. x, h0, c0 and all weights (one autograd node).
     """
     T, B, H, H_out = _check_inputs(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+    if eager_fallback(x):
+        from .backends import eager
+        return eager.run_direction(cell, x, h0 if h0 is not None else x.new_zeros(B, H_out),
+                                   c0 if (c0 is not None or cell != "lstm") else x.new_zeros(B, H),
+                                   w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
     if h0 is None:
         h0 = x.new_zeros(B, H_out)
     if cell == "lstm" and c0 is None:
@@ -118,8 +123,8 @@ def _check_inputs(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths):
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
     T, B, I = x.shape
-    if T < 1 or B < 1:
-        raise ValueError(f"x must have at least one step and one sequence, got shape {tuple(x.shape)}")
+    if T < 1:
+        raise ValueError(f"x must have at least one step, got shape {tuple(x.shape)}")
     G = NUM_GATES[cell]
     if not isinstance(w_hh, torch.Tensor) or w_hh.dim() != 2 or w_hh.shape[0] % G:
         raise ValueError(f"w_hh must be a 2-D tensor ({G}*hidden_size, h_size) for {cell}, got {_describe(w_hh)}")
@@ -167,6 +172,48 @@ def _describe(value):
     if isinstance(value, torch.Tensor):
         return f"tensor of shape {tuple(value.shape)}"
     return type(value).__name__
+
+
+# ---------------------------------------------------------------------------------------
+# where the hand-written kernel steps aside
+# ---------------------------------------------------------------------------------------
+def eager_fallback(x) -> bool:
+    """Whether to run the `eager` formulation (the same math, recorded by autograd) instead of
+    the hand-written kernel: for an empty batch (nothing to compute), and under a torch.func
+    transform (vmap, grad, jacrev, ...), which cannot batch or trace the kernel's in-place
+    writes into preallocated buffers."""
+    return x.shape[1] == 0 or torch._C._functorch.peek_interpreter_stack() is not None
+
+
+def differentiable_grads(recompute, inputs, needs, grads):
+    """The backward when the kernel's own would be wrong or cannot run: under
+    `create_graph=True` (double backward: the gradient must itself be a function of the
+    inputs) and with batched grad_outputs (`is_grads_batched`, gradcheck's
+    check_batched_grad: vmap over the backward).  Re-runs the forward as the `eager`
+    formulation, recorded by autograd from the saved inputs, and differentiates it.
+
+    `recompute(*inputs)` returns the Function's outputs; `needs` is ctx.needs_input_grad.
+    """
+    create_graph = torch.is_grad_enabled()
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_() if (n and not t.requires_grad) else t
+                  for t, n in zip(inputs, needs)]
+        outs = recompute(*leaves)
+        pairs = [(o, g) for o, g in zip(outs, grads) if o is not None and g is not None and o.requires_grad]
+        wrt = [t for t, n in zip(leaves, needs) if n]
+        got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
+                                       create_graph=create_graph, allow_unused=True))
+    return tuple(next(got) if n else None for n in needs)
+
+
+def kernel_backward_unusable(grads) -> bool:
+    """True under create_graph=True or with batched grad_outputs (see `differentiable_grads`)."""
+    return torch.is_grad_enabled() or any(g is not None and _batched(g) for g in grads)
+
+
+def _batched(t) -> bool:
+    # is_grads_batched runs the backward under the legacy vmap (its own tensor kind)
+    return torch._C._functorch.is_batchedtensor(t) or torch._C._functorch.is_legacy_batchedtensor(t)
 
 
 # ---------------------------------------------------------------------------------------
@@ -346,18 +393,20 @@ class _LSTMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths):
         out, h_n, c_n, saved = _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, for_backward=True)
-        x_flat, hs, ms, K, K_c, fs = saved
-        ctx.save_for_backward(x_flat, h0, w_ih, w_hh, w_hr, lengths, hs, ms, K, K_c, fs)
-        ctx.x_shape = x.shape
-        ctx.has_bias = (b_ih is not None, b_hh is not None)
+        _, hs, ms, K, K_c, fs = saved
+        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, hs, ms, K, K_c, fs)
         return out, h_n, c_n
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_h_n, d_c_n):
-        x_flat, h0, w_ih, w_hh, w_hr, lengths, hs, ms, K, K_c, fs = ctx.saved_tensors
+        x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, hs, ms, K, K_c, fs = ctx.saved_tensors
         need = ctx.needs_input_grad  # x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths
-        T, B, I = ctx.x_shape
+        if kernel_backward_unusable((d_out, d_h_n, d_c_n)):
+            from .backends.eager import lstm_direction
+            return differentiable_grads(lstm_direction, (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths), need,
+                                        (d_out, d_h_n, d_c_n))
+        T, B, I = x.shape
+        x_flat = x.reshape(T * B, I)
         H, P = w_hh.shape[0] // 4, w_hh.shape[1]
 
         d_ext = _effective_dout(d_out, d_h_n, lengths)  # (T, B, P): dL/dh_t from outside
@@ -463,17 +512,19 @@ class _GRUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, h0, w_ih, w_hh, b_ih, b_hh, lengths):
         out, h_n, saved = _gru_forward(x, h0, w_ih, w_hh, b_ih, b_hh, lengths, for_backward=True)
-        x_flat, hs, zs, K_i, K_hn = saved
-        ctx.save_for_backward(x_flat, h0, w_ih, w_hh, lengths, hs, zs, K_i, K_hn)
-        ctx.x_shape = x.shape
+        _, hs, zs, K_i, K_hn = saved
+        ctx.save_for_backward(x, h0, w_ih, w_hh, b_ih, b_hh, lengths, hs, zs, K_i, K_hn)
         return out, h_n
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_h_n):
-        x_flat, h0, w_ih, w_hh, lengths, hs, zs, K_i, K_hn = ctx.saved_tensors
+        x, h0, w_ih, w_hh, b_ih, b_hh, lengths, hs, zs, K_i, K_hn = ctx.saved_tensors
         need = ctx.needs_input_grad  # x, h0, w_ih, w_hh, b_ih, b_hh, lengths
-        T, B, I = ctx.x_shape
+        if kernel_backward_unusable((d_out, d_h_n)):
+            from .backends.eager import gru_direction
+            return differentiable_grads(gru_direction, (x, h0, w_ih, w_hh, b_ih, b_hh, lengths), need, (d_out, d_h_n))
+        T, B, I = x.shape
+        x_flat = x.reshape(T * B, I)
         H = w_hh.shape[0] // 3
         d_ext = _effective_dout(d_out, d_h_n, lengths)
         hh_back = Gemm(w_hh.t(), B)

@@ -182,37 +182,48 @@ def valid_steps(lengths: Tensor | None, seq_len: int) -> list[Tensor]:
     return list((steps < lengths.unsqueeze(0)).unsqueeze(-1).unbind(0))
 
 
+def time_loop(step: Callable, x_proj: Tensor, state: tuple, p: dict, lengths: Tensor | None = None):
+    """The masked time loop: `step(x_proj[t], state, p)` for t = 0 .. T-1 over `x_proj.unbind(0)`.
+
+    With lengths, a finished sequence holds its state and outputs zero (PyTorch's packed
+    semantics).  Returns (outputs (T, B, H_out) stacked once, the final state tuple).
+    """
+    masks = valid_steps(lengths, x_proj.shape[0])
+    outputs = []
+    for t, x_t in enumerate(x_proj.unbind(0)):
+        new = step(x_t, state, p)
+        if masks:
+            m = masks[t]
+            state = tuple(torch.where(m, n, o) for n, o in zip(new, state))
+            outputs.append(new[0] * m)
+        else:
+            state = tuple(new)
+            outputs.append(new[0])
+    return torch.stack(outputs), state
+
+
 def run_direction(cell_name: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
                   b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None,
                   extras: dict | None = None, *, step: Callable | None = None):
     """One layer in one direction of a catalogue cell (see `backends._common`).
 
-    The projection is hoisted (one GEMM for all T steps); the loop walks
-    `x_proj.unbind(0)` and calls `step` (the cell's own, or the compiled one given);
-    with lengths, a finished sequence's state is held and its output is zero.
+    The projection is hoisted (one GEMM for all T steps); `time_loop` runs the cell's
+    step; a compiled step (the `compile` rung) masks inside itself instead:
+    step(x_t, state, p[, m]) -> (state, out).
     """
     if w_hr is not None:
         raise ValueError(f"cell {cell_name!r} does not support proj_size (only lstm does)")
     cell = get_torch_cell(cell_name)
     p = layer_dict(w_ih, w_hh, b_ih, b_hh, extras)
     x_proj = project_all(cell, x, p)
-    masks = valid_steps(lengths, x.shape[0])
     state = (h0,) if c0 is None else (h0, c0)
-    outputs = []
     if step is None:
-        step = cell.step
+        out, state = time_loop(cell.step, x_proj, state, p, lengths)
+    else:
+        masks = valid_steps(lengths, x.shape[0])
+        outputs = []
         for t, x_t in enumerate(x_proj.unbind(0)):
-            new = step(x_t, state, p)
-            if masks:
-                m = masks[t]
-                state = tuple(torch.where(m, n, o) for n, o in zip(new, state))
-                outputs.append(new[0] * m)
-            else:
-                state = tuple(new)
-                outputs.append(new[0])
-    else:  # a compiled step that masks inside: step(x_t, state, p[, m]) -> (state, out)
-        for t, x_t in enumerate(x_proj.unbind(0)):
-            state, out = step(x_t, state, p, masks[t]) if masks else step(x_t, state, p)
-            outputs.append(out)
-    h_n = state[0]
-    return torch.stack(outputs), h_n, (state[1] if len(state) == 2 else None)
+            state, o = step(x_t, state, p, masks[t]) if masks else step(x_t, state, p)
+            outputs.append(o)
+        out = torch.stack(outputs)
+    return out, state[0], (state[1] if len(state) == 2 else None)

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from ._common import PROJ_BACKENDS, ProjectionNotSupportedError
+from ._common import PROJ_BACKENDS, ProjectionNotSupportedError, under_vmap
 
 # Ladder order, slowest idea first (the registry's rungs).
 BACKENDS = ("naive", "cell_loop", "jit", "eager", "compile", "autograd", "native")
@@ -25,7 +25,7 @@ _MODULES = {"naive": "torch_impl.backends.naive", "cell_loop": "torch_impl.backe
 CUSTOM_CELL_BACKENDS = ("eager", "compile")
 
 __all__ = ["BACKENDS", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "ProjectionNotSupportedError",
-           "check_backend_name", "unavailable_reason", "unsupported_cell_reason", "available_backends",
+           "under_vmap", "check_backend_name", "unavailable_reason", "unsupported_cell_reason", "available_backends",
            "direction_function"]
 
 

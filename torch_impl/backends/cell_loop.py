@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._common import require_no_projection, step_masks
+from ._common import require_no_projection, step_masks, under_vmap
 
 _lstm_cell = torch.ops.aten.lstm_cell
 _gru_cell = torch.ops.aten.gru_cell
@@ -22,6 +22,10 @@ _gru_cell = torch.ops.aten.gru_cell
 def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
                   b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None):
     require_no_projection("cell_loop", w_hr)
+    if under_vmap():
+        raise RuntimeError("backend 'cell_loop' runs aten::lstm_cell / aten::gru_cell (nn.LSTMCell's and "
+                           "nn.GRUCell's kernels), which torch.func.vmap cannot batch (PyTorch has no batching "
+                           "rule for them); use backend='eager' or 'autograd' under vmap")
     masks = step_masks(lengths, x.shape[0])
     h, c = h0, c0
     outputs = []

@@ -27,15 +27,19 @@ a repeated one never recompiles.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import shutil
 import types
+import warnings
 from typing import Callable
 
 import torch
 from torch import Tensor
+from torch._functorch import config as functorch_config
 
 from . import eager
+from ._common import recorded
 from .. import cells
 
 
@@ -113,6 +117,37 @@ def custom_compiled_step(cell: str, key: tuple) -> Callable:
 
 
 def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
+                  b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None,
+                  extras: dict | None = None):
+    """One node around the compiled loop (`recorded`): AOTAutograd's compiled backward supports
+    neither double backward nor batched grad_outputs, which then differentiate the eager
+    formulation.  Under a torch.func transform (vmap, grad, ...), which cannot call a compiled
+    function from eager mode, the eager formulation runs (with a warning, once)."""
+    keys = tuple(extras or {})
+    args = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, *(extras or {}).values())
+
+    def with_extras(fn):
+        def call(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, *values):
+            return fn(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, dict(zip(keys, values)))
+        return call
+
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        _warn_func_transform()
+        return with_extras(eager.run_direction)(*args)
+    # Donated buffers (an AOTAutograd memory saving) forbid retain_graph=True, which nn.LSTM allows
+    # and `recorded` needs; the option is read when a step compiles.
+    with functorch_config.patch(donated_buffer=False):
+        return recorded(with_extras(_run_compiled), with_extras(eager.run_direction), *args)
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_func_transform():
+    warnings.warn("backend 'compile': under a torch.func transform (vmap, grad, jacrev, ...) torch.compile "
+                  "cannot be called from eager mode, so the eager formulation (backend 'eager') runs instead",
+                  stacklevel=4)
+
+
+def _run_compiled(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
                   b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None,
                   extras: dict | None = None):
     if cell not in ("lstm", "gru"):

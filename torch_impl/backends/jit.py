@@ -15,6 +15,7 @@ from functools import lru_cache
 from torch import Tensor
 
 from . import eager
+from ._common import recorded
 
 
 @lru_cache(maxsize=None)
@@ -41,7 +42,9 @@ def unavailable_reason() -> str | None:
 def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
                   b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None):
     lstm, gru = scripted()
+    # One node around the scripted graph: TorchScript's own backward supports neither batched
+    # grad_outputs nor (reliably) double backward; `recorded` keeps both working.
     if cell == "lstm":
-        return lstm(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
-    out, h_n = gru(x, h0, w_ih, w_hh, b_ih, b_hh, lengths)
+        return recorded(lstm, eager.lstm_direction, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+    out, h_n = recorded(gru, eager.gru_direction, x, h0, w_ih, w_hh, b_ih, b_hh, lengths)
     return out, h_n, None

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._common import combined_bias, require_no_projection, step_masks
+from ._common import combined_bias, contiguous_grad, require_no_projection, step_masks
 
 
 def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
@@ -34,7 +34,7 @@ def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Ten
 
 
 def _lstm(x, h, c, w_ih, w_hh, b_ih, b_hh, masks):
-    weight = torch.cat([w_ih, w_hh], dim=1)
+    weight = torch.cat([contiguous_grad(w_ih), contiguous_grad(w_hh)], dim=1)
     bias = combined_bias(b_ih, b_hh)
     outputs = []
     for t in range(x.shape[0]):
@@ -54,6 +54,7 @@ def _lstm(x, h, c, w_ih, w_hh, b_ih, b_hh, masks):
 
 def _gru(x, h, w_ih, w_hh, b_ih, b_hh, masks):
     H = h.shape[1]
+    w_ih, w_hh = contiguous_grad(w_ih), contiguous_grad(w_hh)
     w_rz = torch.cat([w_ih[:2 * H], w_hh[:2 * H]], dim=1)
     w_in, w_hn = w_ih[2 * H:], w_hh[2 * H:]
     if b_ih is None:
