@@ -40,6 +40,9 @@ Each layer is returned as::
      "attributes": {"hidden_size": H, "direction": "forward" | "bidirectional",
                     "layout": 0, "linear_before_reset": 1 (gru) | 0 (gru_reset_before)}}
 
+Nodes read back may also have `layout=1` (batch-major: X `[batch, seq, in]`, Y `[batch,
+seq, num_directions, H]`, states `[batch, num_directions, H]`) when the spec has
+`batch_first=True`; the weights do not depend on the layout.
 `layout=0` means X is `[seq, batch, in]` and `Y` is `[seq, num_directions, batch, H]`:
 between layers the caller reshapes Y to `[seq, batch, num_directions*H]` (forward
 features first, as PyTorch concatenates them); `initial_h`/`initial_c` of layer k are
@@ -199,8 +202,10 @@ def read_onnx(layers: Sequence[Mapping], *, batch_first: bool = False,
     `lstm`; op_type "GRU" -> `gru` with linear_before_reset=1, `gru_reset_before` with 0
     (ONNX's default when the attribute is absent).  hidden_size, input_size, num_layers,
     bidirectional come from the nodes' shapes and attributes; bias is True when some node
-    has a non-zero B (an all-zero B is ONNX's absent B, as `to_onnx` writes for bias=False).  `batch_first` is not in the nodes (layout=0 is time-major); pass the one
-    you want in the spec.  The nodes are then checked and converted by `from_onnx`.
+    has a non-zero B (an all-zero B is ONNX's absent B, as `to_onnx` writes for bias=False).
+    `batch_first` is not inferred (layout=0, time-major, fits either); pass the one you want
+    in the spec; nodes with layout=1 (batch-major) need batch_first=True.  The nodes are then
+    checked and converted by `from_onnx`.
     """
     if isinstance(layers, Mapping) or not isinstance(layers, Sequence) or not layers:
         raise ConversionError("read_onnx expects a non-empty list of ONNX node dicts, one per layer")
@@ -239,9 +244,17 @@ def _check_attributes(spec: RNNSpec, attrs, what: str) -> None:
     unknown = sorted(set(attrs) - known)
     if unknown:
         raise ConversionError(f"{what}: unknown attributes {unknown}")
-    for key in ("hidden_size", "direction", "layout"):
+    for key in ("hidden_size", "direction"):
         if key in attrs and attrs[key] != expected[key]:
             raise ConversionError(f"{what}: attribute {key}={attrs[key]!r}, the spec needs {expected[key]!r}")
+    # layout only says how X/Y/states are laid out, not the weights: 0 (time-major, what
+    # to_onnx writes) fits every spec, 1 (batch-major) a spec with batch_first=True.
+    layout = attrs.get("layout", 0)
+    if layout != 0 and not (layout == 1 and spec.batch_first):
+        raise ConversionError(
+            f"{what}: attribute layout={layout!r}, the spec needs 0 (time-major)"
+            + (" or, with batch_first=True, 1 (batch-major): pass batch_first=True (read_onnx(..., batch_first=True))"
+               if layout == 1 else " or 1 (batch-major, with batch_first=True)"))
     lbr = attrs.get("linear_before_reset", 0)
     if spec.cell == "gru" and lbr != 1:
         raise ConversionError(
