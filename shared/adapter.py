@@ -62,3 +62,41 @@ class Adapter(Protocol):
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
                       device: str = "cpu", seed: int = 0) -> Workload:
         """Build a timed workload: random inputs and canonical parameters from `seed`."""
+
+
+@runtime_checkable
+class FrameworkAdapter(Protocol):
+    """What the harness needs from a framework as a whole: the module-level functions of
+    `torch_impl.adapter` and `jax_impl.adapter` (named by `shared.registry.FRAMEWORKS`).
+
+    With these, nothing in `shared/` imports torch, jax or the framework packages: the
+    study, the parity matrix and training parity call them.
+    """
+
+    def get_adapter(self, key: str) -> Adapter:
+        """The adapter of rung `key` (a backend name; old names are accepted as aliases)."""
+
+    def available_backends(self, device: str = "cpu") -> tuple[str, ...]:
+        """The rungs that run on `device` here, in ladder order."""
+
+    def set_threads(self, threads: int) -> None:
+        """Size the framework's intra-op thread pool (call after the env is pinned)."""
+
+    def reset_peak_memory(self, device: str) -> None:
+        """Start a peak-device-memory window (no-op where the framework has none)."""
+
+    def peak_memory_bytes(self, device: str) -> int | None:
+        """Peak device memory since `reset_peak_memory`, or None (CPU: the study uses RSS)."""
+
+    def gemm_gflops(self, m: int, k: int, n: int, *, device: str, dtype: str = "float32",
+                    min_time: float = 0.1) -> dict[str, float | None]:
+        """GFLOP/s of an (m, k) x (k, n) GEMM with each GEMM library the framework's rungs
+        can use, by library name (torch: "torch.mm", "onednn"; jax: "xla"); None where a
+        library cannot run here."""
+
+    def trainer(self):
+        """The framework's training module: `train(config, key, dtype, **kw)`,
+        `hidden_grad_norms(config, key, steps, **kw)`, `evaluate_mse(...)`."""
+
+    def versions(self) -> dict[str, str]:
+        """Versions of the framework's packages (e.g. torch; jax, jaxlib, flax)."""

@@ -54,8 +54,9 @@ def init_params(spec: RNNSpec, seed: int | np.random.Generator = 0, *, scheme: s
     extras = _extra_inits(spec)
     if scheme == "pytorch":
         k = 1.0 / np.sqrt(H)
-        for name, shape in spec.param_shapes().items():
-            init = extras.get(name, "uniform")
+        shapes = spec.param_shapes()
+        for name, init in param_inits(spec).items():
+            shape = shapes[name]
             if init == "uniform":
                 params[name] = rng.uniform(-k, k, size=shape).astype(dtype)
             else:  # LayerNorm gains and biases start as nn.LayerNorm's: ones, zeros
@@ -85,6 +86,16 @@ def init_params(spec: RNNSpec, seed: int | np.random.Generator = 0, *, scheme: s
     else:
         raise ValueError(f"scheme must be 'pytorch' or 'orthogonal', got {scheme!r}")
     return params
+
+
+def param_inits(spec: RNNSpec) -> dict[str, str]:
+    """Every parameter's initial rule, in `nn.LSTM`'s order: "uniform" (PyTorch's
+    U(-1/sqrt(H), 1/sqrt(H))) for the canonical ones, and each extra parameter's own rule
+    (`shared.cells.ExtraParam.init`: LayerNorm gains "ones", biases "zeros").  The one
+    place this is written: init_params, torch_impl's reset_parameters and the NNX modules
+    use it."""
+    extras = _extra_inits(spec)
+    return {name: extras.get(name, "uniform") for name in spec.param_shapes()}
 
 
 def _extra_inits(spec: RNNSpec) -> dict[str, str]:
