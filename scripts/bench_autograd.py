@@ -6,7 +6,7 @@
 Variants, timed interleaved (one call of each per round, in a rotating order, so load
 from other processes hits them alike) and reported as medians and as ratios to `native` of the same round:
   native           nn.LSTM / nn.GRU (oneDNN RNN primitive for the float32 CPU LSTM)
-  autograd         torch_impl.autograd_fn.run_direction with the process's GEMM policy
+  autograd         torch_impl.backends.bptt.lstm_gru.run_kernel with the process's GEMM policy
                    (RNNBENCH_GEMM: blas by default, onednn, auto)
   autograd-onednn  (--no-onednn) policy "onednn": step GEMMs and dx on oneDNN
   autograd-mm      (--no-onednn) policy "blas": every GEMM on torch.mm/addmm (MKL)
@@ -26,8 +26,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from torch_impl.autograd_fn import run_direction  # noqa: E402
-from torch_impl.onednn import gemm_policy, onednn_unavailable_reason, tuned_choices, use_onednn  # noqa: E402
+from torch_impl.backends.bptt.lstm_gru import run_kernel as run_direction  # noqa: E402
+from torch_impl.backends.bptt.gemm import gemm_policy, onednn_unavailable_reason, tuned_choices, use_onednn  # noqa: E402
 
 GEMM_OPS = ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::addmm_", "mkldnn::_reorder_linear_weight")
 

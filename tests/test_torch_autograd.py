@@ -1,4 +1,4 @@
-"""The `autograd` rung's kernel, `torch_impl.autograd_fn.run_direction`, on its own.
+"""The `autograd` rung's kernel, `torch_impl.backends.bptt.lstm_gru`, on its own.
 
 One layer, one direction, built directly on the canonical parameters of a single-layer
 `nn.LSTM`/`nn.GRU`: gradcheck in float64, parity of outputs and every gradient with the
@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_impl.autograd_fn import run_direction
-from torch_impl.onednn import Gemm, onednn_unavailable_reason, tuned_choices, use_gemm_policy, use_onednn
+from torch_impl.backends.bptt.lstm_gru import run_kernel as run_direction
+from torch_impl.backends.bptt.gemm import Gemm, onednn_unavailable_reason, tuned_choices, use_gemm_policy, use_onednn
 
 # nn.LSTM says so when proj_size makes it leave oneDNN; expected here, not a problem.
 pytestmark = pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
@@ -292,9 +292,9 @@ def test_cuda_matches_native(cell, proj, bias):
 
 
 def test_gemm_policy_from_environment(monkeypatch):
-    from torch_impl.onednn import gemm_policy
+    from torch_impl.backends.bptt.gemm import gemm_policy
     monkeypatch.delenv("RNNBENCH_GEMM", raising=False)
-    assert gemm_policy() == "blas"  # the measured winner under load; see torch_impl/onednn.py
+    assert gemm_policy() == "blas"  # the measured winner under load; see torch_impl/backends/bptt/gemm.py
     monkeypatch.setenv("RNNBENCH_GEMM", "onednn")
     assert gemm_policy() == "onednn"
     with use_gemm_policy("auto"):

@@ -155,15 +155,15 @@ def test_jit_backend_runs_torchscript():
     if torch_impl.unavailable_reason("jit") is not None:
         pytest.skip(torch_impl.unavailable_reason("jit"))
     from torch_impl.backends import jit
-    lstm, gru = jit.scripted()
-    assert isinstance(lstm, torch.jit.ScriptFunction) and isinstance(gru, torch.jit.ScriptFunction)
+    for name in jit.DIRECTIONS:
+        assert isinstance(jit.scripted(name), torch.jit.ScriptFunction)
 
 
 def test_compile_does_not_recompile_for_a_repeated_configuration():
     if torch_impl.unavailable_reason("compile") is not None:
         pytest.skip(torch_impl.unavailable_reason("compile"))
     from torch._dynamo.utils import counters
-    from torch_impl.backends import compiled
+    from torch_impl.backends import compile as compiled
     module = torch_impl.GRU(3, 5, num_layers=2, batch_first=True, backend="compile")  # as in COMPILE_GRID
     x = torch.randn(4, SEQ_LEN, 3, requires_grad=True)
     module(x)[0].sum().backward()  # compiles if the grid has not already
@@ -173,11 +173,10 @@ def test_compile_does_not_recompile_for_a_repeated_configuration():
     assert counters["stats"]["unique_graphs"] == graphs and len(compiled._cache) == cached
 
 
-def test_autograd_backend_present_or_skipped_with_reason():
-    reason = torch_impl.unavailable_reason("autograd")
-    if reason is not None:
-        pytest.skip(f"autograd backend not importable here: {reason}")
-    assert "autograd" in torch_impl.available_backends()
+def test_bptt_backend_present_and_its_old_name_an_alias():
+    assert "bptt" in torch_impl.available_backends()
+    assert torch_impl.unavailable_reason("autograd") is None
+    assert torch_impl.LSTM(3, 4, backend="autograd").backend == "bptt"
 
 
 @pytest.mark.gpu

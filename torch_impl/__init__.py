@@ -8,17 +8,18 @@
 Other cells of the catalogue (`shared.cells`): `torch_impl.LayerNormLSTM`, `PeepholeLSTM`,
 `ResetBeforeGRU`, or `torch_impl.RNN(cell, ...)` for any cell, a user's own included once
 its torch step is registered (`torch_impl.register_cell(name, step)`; see
-`torch_impl.cells`).  They run on `CUSTOM_CELL_BACKENDS` (eager, compile).
+`torch_impl.cells`).
 
-`BACKENDS` names every backend in ladder order; `available_backends(device)` those that
-run on `device` here; `unavailable_reason(backend, device)` says why one does not.
+`BACKENDS` names every backend in ladder order (`ALIASES`: older names); `available_backends(device)`
+those that run on `device` here; `unavailable_reason(backend, device)` says why one does not;
+`capabilities(backend)` what it computes.  Layout: docs/architecture.md.
 """
 
-from .backends import (BACKENDS, CUSTOM_CELL_BACKENDS, PROJ_BACKENDS, available_backends,
+from .backends import (ALIASES, BACKENDS, CUSTOM_CELL_BACKENDS, PROJ_BACKENDS, available_backends, capabilities,
                        unavailable_reason, unsupported_cell_reason)
 from .cells import register_cell
 from .modules import GRU, LSTM, RNN, BackendUnavailableError, LayerNormLSTM, PeepholeLSTM, ResetBeforeGRU, RNNInputError
 
 __all__ = ["LSTM", "GRU", "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU", "register_cell",
-           "BACKENDS", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "available_backends", "unavailable_reason",
-           "unsupported_cell_reason", "RNNInputError", "BackendUnavailableError"]
+           "BACKENDS", "ALIASES", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "available_backends", "capabilities",
+           "unavailable_reason", "unsupported_cell_reason", "RNNInputError", "BackendUnavailableError"]

@@ -1,4 +1,5 @@
-"""The registry adapter for every PyTorch backend (see `shared.adapter` for the protocol).
+"""The PyTorch side of `shared.adapter`: one `Adapter` per backend, and the module-level
+`FrameworkAdapter` functions the harness calls (threads, peak memory, GEMM rates, trainer).
 
 `get_adapter("eager")` -> an object with `run_case` (canonical NumPy in, float64 NumPy
 out, through `torch_impl.LSTM`/`GRU`, or `torch_impl.RNN(cell)` for the other catalogue cells,
@@ -19,12 +20,13 @@ from shared.params import check_params, init_params
 from shared.spec import RNNSpec
 
 from . import backends
-from .modules import GRU, LSTM, RNN
+from .modules import module_for
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
-def _torch_dtype(dtype: str) -> torch.dtype:
+def torch_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of a dtype name ("float32", ...); ValueError naming the valid ones."""
     try:
         return _DTYPES[dtype]
     except KeyError:
@@ -33,12 +35,8 @@ def _torch_dtype(dtype: str) -> torch.dtype:
 
 def build_module(spec: RNNSpec, backend: str, params: Mapping[str, np.ndarray] | None = None, *,
                  dtype: str = "float32", device: str = "cpu"):
-    """`torch_impl.LSTM`/`GRU` for `spec` with `backend`, loaded with canonical `params`."""
-    kwargs = dict(**spec.torch_kwargs(), backend=backend, dtype=_torch_dtype(dtype), device=device)
-    if spec.cell in ("lstm", "gru"):
-        module = (LSTM if spec.cell == "lstm" else GRU)(**kwargs)
-    else:  # any other catalogue cell with a torch step (torch_impl.cells)
-        module = RNN(spec.cell, **kwargs)
+    """The `torch_impl` module for `spec` with `backend`, loaded with canonical `params`."""
+    module = module_for(spec, backend, dtype=torch_dtype(dtype), device=device)
     if params is not None:
         check_params(spec, params)
         with torch.no_grad():
@@ -57,6 +55,7 @@ class TorchAdapter:
 
     def __init__(self, key: str):
         self.key = backends.check_backend_name(key)
+        self.capabilities = backends.capabilities(self.key)
 
     def __repr__(self) -> str:
         return f"TorchAdapter({self.key!r})"
@@ -68,12 +67,7 @@ class TorchAdapter:
         reason = backends.unsupported_cell_reason(self.key, spec.cell)
         if reason is not None:
             return f"torch.{self.key}: {reason}"
-        if dtype not in _DTYPES:
-            return f"torch.{self.key} supports dtypes {', '.join(_DTYPES)}, not {dtype}"
-        if spec.proj_size and self.key not in backends.PROJ_BACKENDS:
-            return (f"torch.{self.key} does not support proj_size; backends that do: "
-                    f"{', '.join(backends.PROJ_BACKENDS)}")
-        return None
+        return self.capabilities.unsupported_reason(f"torch.{self.key}", spec, lengths=lengths, dtype=dtype)
 
     def run_case(self, spec: RNNSpec, params: Mapping[str, np.ndarray], x: np.ndarray,
                  h0: np.ndarray | None = None, c0: np.ndarray | None = None,
@@ -84,10 +78,10 @@ class TorchAdapter:
             self.unavailable_reason(device)
         if reason:
             raise ValueError(reason)
-        has_c = spec.family == "lstm"
+        has_c = spec.cell_def.has_cell_state
         if has_c and (h0 is None) != (c0 is None):
             raise ValueError(f"an LSTM-family cell ({spec.cell}) takes h0 and c0 together or not at all")
-        tdtype = _torch_dtype(dtype)
+        tdtype = torch_dtype(dtype)
         module = build_module(spec, self.key, params, dtype=dtype, device=device).eval()
 
         def tensor(a):
@@ -144,12 +138,12 @@ class TorchWorkload:
         rng = np.random.default_rng(seed)
         self.module = build_module(spec, backend, init_params(spec, rng), dtype=dtype, device=device).eval()
         shape = (batch, seq_len, spec.input_size) if spec.batch_first else (seq_len, batch, spec.input_size)
-        tdtype = _torch_dtype(dtype)
+        tdtype = torch_dtype(dtype)
         self.x = torch.tensor(rng.standard_normal(shape), dtype=tdtype, device=device, requires_grad=True)
 
     def _loss(self):
         output, hidden = self.module(self.x)
-        h_n, c_n = hidden if self.spec.family == "lstm" else (hidden, None)
+        h_n, c_n = hidden if self.spec.cell_def.has_cell_state else (hidden, None)
         loss = output.sum() + h_n.sum()
         return loss if c_n is None else loss + c_n.sum()
 
@@ -166,5 +160,54 @@ class TorchWorkload:
         _sync(self.device)
 
 
+# ---- shared.adapter.FrameworkAdapter -------------------------------------------------------------
+
 def get_adapter(key: str) -> TorchAdapter:
     return TorchAdapter(key)
+
+
+def available_backends(device: str = "cpu") -> tuple[str, ...]:
+    return backends.available_backends(device)
+
+
+def set_threads(threads: int) -> None:
+    """torch.set_num_threads (the env var alone misses oneDNN's pool)."""
+    torch.set_num_threads(threads)
+
+
+def reset_peak_memory(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory_bytes(device: str) -> int | None:
+    return int(torch.cuda.max_memory_allocated()) if device == "cuda" else None
+
+
+def gemm_gflops(m: int, k: int, n: int, *, device: str, dtype: str = "float32",
+                min_time: float = 0.1) -> dict[str, float | None]:
+    """GFLOP/s of (m, k) x (k, n) with `torch.mm` and (CPU) with prepacked oneDNN, the two
+    GEMM libraries the torch rungs use (the weight in nn.Linear's (out, in) layout)."""
+    from shared.study.worker import best_call_seconds
+
+    tdt = torch_dtype(dtype)
+    x = torch.randn(m, k, device=device, dtype=tdt)
+    w = torch.randn(n, k, device=device, dtype=tdt)
+    b = torch.zeros(n, device=device, dtype=tdt)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    flops = 2.0 * m * k * n
+    out = {"torch.mm": flops / best_call_seconds(lambda: torch.mm(x, w.t()), sync, min_time) / 1e9, "onednn": None}
+    if device == "cpu" and torch.backends.mkldnn.is_available():
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, m)
+        out["onednn"] = flops / best_call_seconds(
+            lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""), sync, min_time) / 1e9
+    return out
+
+
+def trainer():
+    from . import train
+    return train
+
+
+def versions() -> dict[str, str]:
+    return {"torch": torch.__version__}

@@ -1,32 +1,36 @@
-"""One driver for every direction-function backend: layers x directions x lengths.
+"""Layers x directions, for every backend that runs one direction at a time.
 
-`run(...)` takes time-major padded input (T, B, I), optional lengths (B,), initial
-states (L*D, B, H_out) / (L*D, B, H) and the parameters of each (layer, direction) in
-PyTorch's order, and returns what `nn.LSTM`'s functional core returns:
-output (T, B, D*H_out) with zeros past each length, h_n, c_n (LSTM) or None.
-
-The reverse direction runs over each sequence's valid part, reversed: the input is
-gathered with idx[t, b] = lengths[b] - 1 - t for t < lengths[b] (else t), the forward
-direction function runs on it, and its output is gathered back with the same index
-(the permutation is its own inverse).  The driver knows cells only by their family (whether
-they carry c): every catalogue cell runs through it unchanged.  Dropout is applied to each layer's output in
-training mode, except after the last layer, as `nn.LSTM` does.
+Mirrors `jax_impl/driver.py`: the same `LayerParams`, the same `run_layer` contract.
+A backend module's `run_direction(cell, p, x, state, lengths)` runs one layer forward in
+time over time-major x (T, B, I), from `state` = (h,) or (h, c), and returns
+(output (T, B, H_out) with zeros past each length, final state tuple).  `run_layer` adds
+the reverse direction: each sequence's valid part reversed (the input gathered with
+idx[t, b] = lengths[b] - 1 - t for t < lengths[b], else t; the permutation is its own
+inverse, so the output is gathered back with it), PyTorch's packed-sequence semantics.
+`run` stacks the layers, concatenates the directions and applies dropout between
+layers in training mode, as `nn.LSTM` does.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from shared.cells import get_cell
+from .cells import TorchCell
 
-# (w_ih, w_hh, b_ih | None, b_hh | None, w_hr | None[, extras]) of one layer and direction;
-# extras: {prefix: tensor} of the cell's extra parameters (shared.cells), passed on to the
-# direction function as `extras=` only when the cell has some.
-LayerParams = tuple
+
+class LayerParams(NamedTuple):
+    """Canonical tensors of one layer and direction; biases/projection None when absent."""
+
+    w_ih: Tensor  # (G*H, I)
+    w_hh: Tensor  # (G*H, H_out)
+    b_ih: Tensor | None  # (G*H,)
+    b_hh: Tensor | None  # (G*H,)
+    w_hr: Tensor | None  # (H_out, H), LSTM with proj_size only
+    extras: Mapping[str, Tensor] | None = None  # a catalogue cell's extra params by prefix
 
 
 def reverse_index(lengths: Tensor, seq_len: int) -> Tensor:
@@ -35,37 +39,42 @@ def reverse_index(lengths: Tensor, seq_len: int) -> Tensor:
     return torch.where(t < lengths.unsqueeze(0), lengths.unsqueeze(0) - 1 - t, t)
 
 
-def reverse_time(x: Tensor, index: Tensor | None) -> Tensor:
-    """Reverse each sequence's valid part (the whole sequence when index is None)."""
-    if index is None:
+def reverse_time(x: Tensor, lengths: Tensor | None) -> Tensor:
+    """Reverse each sequence's valid part (the whole sequence without lengths)."""
+    if lengths is None:
         return x.flip(0)
+    index = reverse_index(lengths, x.shape[0])
     return x.gather(0, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
 
-def run(cell: str, direction_fn: Callable, x: Tensor, h0: Tensor, c0: Tensor | None,
-        params: Sequence[LayerParams], *, num_layers: int, bidirectional: bool,
-        lengths: Tensor | None = None, dropout: float = 0.0, training: bool = False):
+def run_layer(backend, cell: TorchCell, p: LayerParams, x: Tensor, state: tuple, lengths: Tensor | None, *,
+              reverse: bool, **options):
+    """One layer in one direction through `backend.run_direction`; returns (output, state)."""
+    if not reverse:
+        return backend.run_direction(cell, p, x, state, lengths, **options)
+    out, state = backend.run_direction(cell, p, reverse_time(x, lengths), state, lengths, **options)
+    return reverse_time(out, lengths), state
+
+
+def run(backend, cell: TorchCell, x: Tensor, state: tuple, params: Sequence[LayerParams], *, num_layers: int,
+        bidirectional: bool, lengths: Tensor | None = None, dropout: float = 0.0, training: bool = False):
+    """The whole stack: x (T, B, I), state = (h0,) or (h0, c0), each (L*D, B, .), `params`
+    one LayerParams per (layer, direction) in PyTorch's order.  Returns (output, state_n)."""
     T = x.shape[0]
     D = 2 if bidirectional else 1
     if lengths is not None and bool((lengths == T).all()):
         lengths = None  # every sequence is full: no masks needed (same result, cheaper)
-    rev_index = reverse_index(lengths, T) if (bidirectional and lengths is not None) else None
-    h_n, c_n = [], []
+    finals = []
     layer_input = x
     for layer in range(num_layers):
         outputs = []
         for direction in range(D):
             k = layer * D + direction
-            w_ih, w_hh, b_ih, b_hh, w_hr, *rest = params[k]
-            extras = {"extras": rest[0]} if rest and rest[0] else {}  # only cells with extra params
-            inp = layer_input if direction == 0 else reverse_time(layer_input, rev_index)
-            out, h, c = direction_fn(cell, inp, h0[k], None if c0 is None else c0[k],
-                                     w_ih, w_hh, b_ih, b_hh, w_hr, lengths, **extras)
-            outputs.append(out if direction == 0 else reverse_time(out, rev_index))
-            h_n.append(h)
-            c_n.append(c)
+            out, final = run_layer(backend, cell, params[k], layer_input, tuple(s[k] for s in state), lengths,
+                                   reverse=direction == 1)
+            outputs.append(out)
+            finals.append(final)
         layer_input = outputs[0] if D == 1 else torch.cat(outputs, dim=2)
         if dropout > 0 and training and layer < num_layers - 1:
             layer_input = F.dropout(layer_input, p=dropout, training=True)
-    has_c = get_cell(cell).has_cell_state
-    return layer_input, torch.stack(h_n), (torch.stack(c_n) if has_c else None)
+    return layer_input, tuple(torch.stack(parts) for parts in zip(*finals))

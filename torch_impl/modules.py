@@ -21,12 +21,15 @@ import warnings
 
 import torch
 import torch.nn as nn
-from torch import Tensor, _VF
+from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from shared.params import param_inits
 from shared.spec import RNNSpec
 
 from . import backends, driver
+from .backends import native
+from .cells import get_torch_cell
 
 
 class RNNInputError(ValueError, RuntimeError):
@@ -99,20 +102,15 @@ class _RNNBase(nn.Module):
 
     # ---- nn.RNNBase compatibility ------------------------------------------------------
     def reset_parameters(self) -> None:
-        """U(-1/sqrt(H), 1/sqrt(H)) for every parameter, in nn.LSTM's order (same RNG draws).
-
-        A catalogue cell's extra parameters start as `shared.params.init_params` starts
-        them: LayerNorm gains ones and biases zeros, peepholes uniform like the weights.
-        """
+        """U(-1/sqrt(H), 1/sqrt(H)) for every parameter, in nn.LSTM's order (same RNG draws);
+        a catalogue cell's extras by their own rule (`shared.params.param_inits`)."""
         stdv = 1.0 / self.hidden_size ** 0.5
-        inits = {f"{e.prefix}_{self.spec.suffix(layer, d)}": e.init
-                 for e in self.spec.cell_def.extra_params for layer, d in self.spec.layers_and_directions()}
+        inits = param_inits(self.spec)
         for name, weight in self.named_parameters():
-            init = inits.get(name, "uniform")
-            if init == "uniform":
+            if inits[name] == "uniform":
                 nn.init.uniform_(weight, -stdv, stdv)
             else:
-                nn.init.ones_(weight) if init == "ones" else nn.init.zeros_(weight)
+                nn.init.ones_(weight) if inits[name] == "ones" else nn.init.zeros_(weight)
 
     @property
     def _flat_weights(self) -> list[Tensor]:
@@ -128,7 +126,7 @@ class _RNNBase(nn.Module):
     def flatten_parameters(self) -> None:
         """As `nn.LSTM.flatten_parameters`: pack the weights for cuDNN (no-op off CUDA and
         for cells cuDNN does not have)."""
-        if self.cell in ("lstm", "gru"):
+        if self.cell in native.KERNELS:
             nn.RNNBase.flatten_parameters(self)
 
     @property
@@ -137,14 +135,14 @@ class _RNNBase(nn.Module):
 
     @backend.setter
     def backend(self, name: str) -> None:
-        backends.check_backend_name(name)
+        name = backends.check_backend_name(name)
         reason = backends.unsupported_cell_reason(name, self.cell)
         if reason is not None:
             raise ValueError(reason)
-        if self.proj_size and name not in backends.PROJ_BACKENDS:
+        if self.proj_size and not backends.capabilities(name).proj_size:
             raise backends.ProjectionNotSupportedError(
-                f"backend {name!r} does not support proj_size; backends that do: "
-                f"{', '.join(backends.PROJ_BACKENDS)}")
+                backends.capabilities(name).explain("proj_size", f"backend {name!r} does not support proj_size")
+                + f"; backends that do: {', '.join(backends.PROJ_BACKENDS)}")
         self._backend = name
 
     def extra_repr(self) -> str:
@@ -177,98 +175,74 @@ class _RNNBase(nn.Module):
         if T == 0:
             raise RNNInputError(f"{self.mode}: Expected sequence length to be larger than 0 in RNN "
                                 f"(input shape {tuple(input.shape)})")
-        hx = self._check_hx(hx, B, input, batched)
+        state = self._check_hx(hx, B, input, batched)
         if lengths is not None:
             lengths = self._check_lengths(lengths, B, T, input.device)
         self._check_backend(input.device)
 
-        if self.backend == "native":
-            if lengths is None:
-                output, h_n, c_n = self._native(input, None, hx)
-            else:
-                packed = pack_padded_sequence(input, lengths.cpu(), batch_first=self.batch_first,
-                                              enforce_sorted=False)
-                out_packed, hidden = self._forward_packed(packed, self._hx_tuple(hx))
-                output, _ = pad_packed_sequence(out_packed, batch_first=self.batch_first, total_length=T)
-                h_n, c_n = hidden if self._has_c else (hidden, None)
+        if self.backend == "native" and lengths is not None:  # the fused kernel takes packed input
+            packed = pack_padded_sequence(input, lengths.cpu(), batch_first=self.batch_first, enforce_sorted=False)
+            out_packed, hidden = self._forward_packed(packed, None if state is None else self._as_hx(state))
+            output, _ = pad_packed_sequence(out_packed, batch_first=self.batch_first, total_length=T)
+            final = hidden if self._has_c else (hidden,)
+        elif self.backend == "native":
+            output, final = native.run_module(self, input, None, state or self._zero_state(B, input))
         else:
             x = input.transpose(0, 1) if self.batch_first else input
-            output, h_n, c_n = self._run_driver(x, hx, lengths)
+            output, final = self._run_driver(x, state, lengths)
             if self.batch_first:
                 output = output.transpose(0, 1)
         if not batched:
             output = output.squeeze(batch_dim)
-            h_n = h_n.squeeze(1)
-            c_n = None if c_n is None else c_n.squeeze(1)
-        return output, ((h_n, c_n) if self._has_c else h_n)
+            final = tuple(s.squeeze(1) for s in final)
+        return output, self._as_hx(final)
 
     def _forward_packed(self, packed: PackedSequence, hx):
         data, batch_sizes, sorted_indices, unsorted_indices = packed
         self._check_input(data, packed=True)
         B = int(batch_sizes[0])
-        hx = self._check_hx(hx, B, data, batched=True)
-        if hx is not None and sorted_indices is not None:
+        state = self._check_hx(hx, B, data, batched=True)
+        if state is not None and sorted_indices is not None:
             # hx is given in the caller's batch order; the packed batch is sorted by length
-            hx = tuple(None if h is None else h.index_select(1, sorted_indices) for h in hx)
+            state = tuple(h.index_select(1, sorted_indices) for h in state)
         self._check_backend(data.device)
         if self.backend == "native":
-            out_data, h_n, c_n = self._native(data, batch_sizes, hx)
+            out_data, final = native.run_module(self, data, batch_sizes, state or self._zero_state(B, data))
         else:
             x, lengths = pad_packed_sequence(PackedSequence(data, batch_sizes))  # sorted order
-            out, h_n, c_n = self._run_driver(x, hx, lengths.to(data.device))
+            out, final = self._run_driver(x, state, lengths.to(data.device))
             out_data = pack_padded_sequence(out, lengths, enforce_sorted=True).data
         if unsorted_indices is not None:
-            h_n = h_n.index_select(1, unsorted_indices)
-            c_n = None if c_n is None else c_n.index_select(1, unsorted_indices)
-        output = PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices)
-        return output, ((h_n, c_n) if self._has_c else h_n)
+            final = tuple(s.index_select(1, unsorted_indices) for s in final)
+        return PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices), self._as_hx(final)
 
-    def _run_driver(self, x: Tensor, hx, lengths: Tensor | None):
-        B = x.shape[1]
-        h0, c0 = hx if hx is not None else self._zero_state(B, x)
-        extra_prefixes = [e.prefix for e in self.spec.cell_def.extra_params]
+    def layer_params(self) -> list[driver.LayerParams]:
+        """One `driver.LayerParams` per (layer, direction), in PyTorch's order."""
+        extras = [e.prefix for e in self.spec.cell_def.extra_params]
         params = []
         for layer, direction in self.spec.layers_and_directions():
             s = self.spec.suffix(layer, direction)
             w = lambda name: getattr(self, f"{name}_{s}")  # noqa: E731
-            b_ih, b_hh = (w("bias_ih"), w("bias_hh")) if self.bias else (None, None)
-            w_hr = w("weight_hr") if self.proj_size else None
-            params.append((w("weight_ih"), w("weight_hh"), b_ih, b_hh, w_hr,
-                           {prefix: w(prefix) for prefix in extra_prefixes}))
-        return driver.run(self.cell, backends.direction_function(self.backend), x, h0, c0, params,
-                          num_layers=self.num_layers, bidirectional=self.bidirectional, lengths=lengths,
-                          dropout=self.dropout, training=self.training)
+            params.append(driver.LayerParams(
+                w("weight_ih"), w("weight_hh"), w("bias_ih") if self.bias else None,
+                w("bias_hh") if self.bias else None, w("weight_hr") if self.proj_size else None,
+                {prefix: w(prefix) for prefix in extras} or None))
+        return params
 
-    def _native(self, x: Tensor, batch_sizes: Tensor | None, hx):
-        """nn.LSTM/nn.GRU's own kernel on this module's parameters."""
-        if backends.under_vmap():
-            raise RuntimeError(f"backend 'native' runs aten::{self.cell} (nn.{self.mode}'s fused kernel), which "
-                               "torch.func.vmap cannot batch (PyTorch has no batching rule for it, nn."
-                               f"{self.mode} fails the same way); use backend='eager' or 'autograd' under vmap")
-        if x.is_cuda:
-            self.flatten_parameters()
-        if hx is None:
-            hx = self._zero_state(int(batch_sizes[0]) if batch_sizes is not None else
-                                  x.shape[0 if self.batch_first else 1], x)
-        args = (self.bias, self.num_layers, self.dropout, self.training, self.bidirectional)
-        if self.cell == "lstm":
-            if batch_sizes is None:
-                out, h_n, c_n = _VF.lstm(x, hx, self._flat_weights, *args, self.batch_first)
-            else:
-                out, h_n, c_n = _VF.lstm(x, batch_sizes, hx, self._flat_weights, *args)
-            return out, h_n, c_n
-        if batch_sizes is None:
-            out, h_n = _VF.gru(x, hx[0], self._flat_weights, *args, self.batch_first)
-        else:
-            out, h_n = _VF.gru(x, batch_sizes, hx[0], self._flat_weights, *args)
-        return out, h_n, None
+    def _run_driver(self, x: Tensor, state, lengths: Tensor | None):
+        state = state or self._zero_state(x.shape[1], x)
+        return driver.run(backends.backend_module(self.backend), get_torch_cell(self.cell), x, state,
+                          self.layer_params(), num_layers=self.num_layers, bidirectional=self.bidirectional,
+                          lengths=lengths, dropout=self.dropout, training=self.training)
 
     # ---- validation --------------------------------------------------------------------
-    def _zero_state(self, batch: int, like: Tensor):
+    def _zero_state(self, batch: int, like: Tensor) -> tuple:
         shapes = self.spec.state_shapes(batch)
-        h0 = torch.zeros(shapes["h"], dtype=like.dtype, device=like.device)
-        c0 = torch.zeros(shapes["c"], dtype=like.dtype, device=like.device) if self._has_c else None
-        return h0, c0
+        return tuple(torch.zeros(shapes[k], dtype=like.dtype, device=like.device) for k in ("h", "c") if k in shapes)
+
+    def _as_hx(self, state: tuple):
+        """A state tuple in nn.LSTM's / nn.GRU's form: (h, c) or h."""
+        return tuple(state) if self._has_c else state[0]
 
     def _check_backend(self, device: torch.device) -> None:
         reason = backends.unavailable_reason(self.backend, device)
@@ -290,11 +264,6 @@ class _RNNBase(nn.Module):
         if x.device != w.device:
             raise RNNInputError("Input and parameter tensors are not at the same device, found input tensor at "
                                 f"{x.device} and parameter tensor at {w.device}")
-
-    def _hx_tuple(self, hx):
-        if hx is None:
-            return None
-        return hx if self._has_c else hx[0]
 
     def _split_hx(self, hx) -> list[Tensor]:
         if self._has_c:
@@ -336,7 +305,7 @@ class _RNNBase(nn.Module):
             if h.dtype != x.dtype:
                 raise RNNInputError(f"{self.mode}: {'h_0' if k == 0 else 'c_0'} has dtype {h.dtype}, expected "
                                     f"{x.dtype} (the input's)")
-        return (parts[0], parts[1] if len(parts) == 2 else None)
+        return tuple(parts)
 
     def _check_lengths(self, lengths, batch: int, seq_len: int, device) -> Tensor:
         lengths = torch.as_tensor(lengths)
@@ -360,11 +329,12 @@ class LSTM(_RNNBase):
     """
 
     mode = "LSTM"
+    cell_name = "lstm"
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  proj_size: int = 0, device=None, dtype=None, *, backend: str = "eager"):
-        super().__init__("lstm", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+        super().__init__(self.cell_name, input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, proj_size, device, dtype, backend=backend)
 
 
@@ -377,6 +347,7 @@ class GRU(_RNNBase):
     """
 
     mode = "GRU"
+    cell_name = "gru"
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -385,7 +356,7 @@ class GRU(_RNNBase):
             raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
         if kwargs:
             raise TypeError(f"GRU.__init__() got an unexpected keyword argument {next(iter(kwargs))!r}")
-        super().__init__("gru", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+        super().__init__(self.cell_name, input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, 0, device, dtype, backend=backend)
 
 
@@ -456,3 +427,12 @@ class ResetBeforeGRU(RNN):
                  device=None, dtype=None, *, backend: str = "eager"):
         super().__init__("gru_reset_before", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, 0, device, dtype, backend=backend)
+
+
+def module_for(spec: RNNSpec, backend: str = "eager", **factory) -> _RNNBase:
+    """The module for `spec`: `LSTM`/`GRU` (the drop-ins) for PyTorch's cells, `RNN(cell)` for
+    every other catalogue cell; `factory` is device= / dtype=."""
+    drop_in = {cls.cell_name: cls for cls in (LSTM, GRU)}.get(spec.cell)
+    if drop_in is not None:
+        return drop_in(**spec.torch_kwargs(), backend=backend, **factory)
+    return RNN(spec.cell, **spec.torch_kwargs(), backend=backend, **factory)

@@ -26,26 +26,15 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from shared.tasks import Batch, TrainConfig, TrainResult
 
+from .adapter import torch_dtype as _torch_dtype
+
 __all__ = ["RNNRegressor", "train", "hidden_grad_norms", "evaluate_mse", "make_rnn"]
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def _torch_dtype(dtype: str) -> torch.dtype:
-    try:
-        return DTYPES[dtype]
-    except KeyError:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}") from None
-
 
 def make_rnn(spec, backend: str) -> nn.Module:
     """`torch_impl.LSTM`/`GRU(backend=...)`, the drop-in for `nn.LSTM`/`nn.GRU`; any other
     catalogue cell (`ln_lstm`, a user's own, ...) is `torch_impl.RNN(spec.cell, ...)`."""
-    import torch_impl
-    if spec.cell in ("lstm", "gru"):
-        cls = torch_impl.LSTM if spec.cell == "lstm" else torch_impl.GRU
-        return cls(**spec.torch_kwargs(), backend=backend)
-    return torch_impl.RNN(spec.cell, **spec.torch_kwargs(), backend=backend)
+    from .modules import module_for
+    return module_for(spec, backend)
 
 
 class RNNRegressor(nn.Module):

@@ -1,20 +1,13 @@
-"""The `autograd` rung for catalogue cells: hand-written BPTT in one `autograd.Function`.
+"""The `bptt` rung's kernels for catalogue cells: hand-written BPTT in one `autograd.Function`.
 
-`peephole_lstm` and `ln_lstm` (`CELLS`); lstm and gru are `torch_impl.autograd_fn`'s, and
-`run_direction` here dispatches to it for them, so the `autograd` backend's direction
-function is this module's.  Same recipe as `autograd_fn`: the input projection of all
+`peephole_lstm` and `ln_lstm`.  Same recipe as `lstm_gru`: the input projection of all
 steps is ONE GEMM (both biases folded in), each step is one `addmm` plus in-place gate
 math into preallocated (T, B, .) buffers, and the backward does per step only the
 pointwise chain and the recurrent GEMM `dG_t W_hh`; the weight, bias, peephole and
-input gradients are each ONE GEMM or reduction over all T*B rows.
+input gradients are each ONE GEMM or reduction over all T*B rows.  The forward
+equations are the catalogue's (shared/cells.py).
 
-Peephole LSTM (gates i, f, g, o; peephole = [p_i, p_f, p_o]), forward::
-
-    a = W_ih x + b_ih + b_hh + W_hh h
-    i = sigmoid(a_i + p_i * c);  f = sigmoid(a_f + p_f * c);  g = tanh(a_g)
-    c' = f * c + i * g;  o = sigmoid(a_o + p_o * c');  h' = o * tanh(c')
-
-Backward, dh reaching h' (output + next step), dc reaching c' from step t+1::
+Peephole LSTM backward, dh reaching h' (output + next step), dc reaching c' from step t+1::
 
     dA_o = dh * tanh(c') * o(1-o)
     dc'  = dc + dh * o * (1 - tanh(c')^2) + dA_o * p_o
@@ -22,7 +15,7 @@ Backward, dh reaching h' (output + next step), dc reaching c' from step t+1::
     carry: dc <- dc' * f + dA_i * p_i + dA_f * p_f;   dh <- dA W_hh
     dp_i = sum dA_i * c,  dp_f = sum dA_f * c,  dp_o = sum dA_o * c'   (over t and b)
 
-Variable lengths, as in `autograd_fn`: all T steps run; outputs past a sequence's
+Variable lengths, as in `lstm_gru`: all T steps run; outputs past a sequence's
 length are zeroed and h_n/c_n are taken at its last valid step; in the backward the
 padded steps receive no gradient, so their dA is exactly zero, and dh_n/dc_n enter at
 each sequence's last valid step: the "hold the state" semantics without masks.
@@ -33,36 +26,46 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import autograd_fn, cells
+from ... import cells
+from .._common import differentiable_grads, kernel_backward_unusable
 
-CELLS = ("peephole_lstm", "ln_lstm")
-LN_EPS = 1e-5
+LN_EPS = cells.LN_EPS
 
 
-def run_direction(cell: str, x: Tensor, h0: Tensor, c0: Tensor | None, w_ih: Tensor, w_hh: Tensor,
-                  b_ih: Tensor | None, b_hh: Tensor | None, w_hr: Tensor | None, lengths: Tensor | None,
-                  extras: dict | None = None):
-    """The `autograd` backend's direction function: lstm/gru by autograd_fn, CELLS here."""
-    if cell in autograd_fn.CELLS:
-        return autograd_fn.run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
-    if cell not in CELLS:
-        raise ValueError(f"the autograd backend implements {autograd_fn.CELLS + CELLS}, not {cell!r}")
-    if w_hr is not None:
-        raise ValueError(f"{cell} does not support proj_size")
-    if autograd_fn.eager_fallback(x):  # empty batch, torch.func transforms: the same math, recorded
-        return cells.run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, None, lengths, extras)
-    if cell == "ln_lstm":
-        return _ln_lstm_direction(x, h0, c0, w_ih, w_hh, b_ih, b_hh, extras or {}, lengths)
-    peephole = (extras or {}).get("peephole")
+def peephole_lstm(x, state, p, lengths):
+    """One peephole-LSTM layer: x (T, B, I), state (h0, c0), p a LayerParams with extras
+    {"peephole": (3H,)}; returns (out, (h_n, c_n))."""
+    h0, c0 = state
+    peephole = (p.extras or {}).get("peephole")
     if peephole is None:
         raise ValueError("peephole_lstm needs its 'peephole' parameter (3H,) in extras")
-    bias = None if b_ih is None else b_ih + b_hh  # autograd differentiates the sum for us
-    tensors = (x, h0, c0, w_ih, w_hh, bias, peephole)
+    bias = None if p.b_ih is None else p.b_ih + p.b_hh  # autograd differentiates the sum for us
+    tensors = (x, h0, c0, p.w_ih, p.w_hh, bias, peephole)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        return _PeepholeFunction.apply(x, h0, c0, w_ih, w_hh, bias, peephole, lengths)
-    with torch.no_grad():
-        out, h_n, c_n, _ = _peephole_forward(x, h0, c0, w_ih, w_hh, bias, peephole, lengths, save=False)
-    return out, h_n, c_n
+        out, h_n, c_n = _PeepholeFunction.apply(x, h0, c0, p.w_ih, p.w_hh, bias, peephole, lengths)
+    else:
+        with torch.no_grad():
+            out, h_n, c_n, _ = _peephole_forward(x, h0, c0, p.w_ih, p.w_hh, bias, peephole, lengths, save=False)
+    return out, (h_n, c_n)
+
+
+def _external_grads(d_out, d_hn, d_cn, lengths, shape, like):
+    """The gradients reaching each h_t and c_t from outside the recurrence, (T, B, H) each:
+    the output's where it is valid, plus dh_n / dc_n at each sequence's last valid step."""
+    T, B, _ = shape
+    d_h_ext = d_out.clone() if d_out is not None else like.new_zeros(shape)
+    d_c_ext = like.new_zeros(shape)
+    rows = torch.arange(B, device=like.device)
+    if lengths is None:
+        last = torch.full((B,), T - 1, device=like.device)
+    else:
+        last = lengths - 1
+        d_h_ext.mul_((torch.arange(T, device=like.device)[:, None] < lengths[None, :]).unsqueeze(-1))
+    if d_hn is not None:
+        d_h_ext.index_put_((last, rows), d_hn, accumulate=True)
+    if d_cn is not None:
+        d_c_ext.index_put_((last, rows), d_cn, accumulate=True)
+    return d_h_ext, d_c_ext
 
 
 def _last_valid(seq: Tensor, lengths: Tensor) -> Tensor:
@@ -119,23 +122,12 @@ class _PeepholeFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, d_hn, d_cn):
         x, h0, c0, w_ih, w_hh, bias, peephole, lengths, A, hs, cs, tcs = ctx.saved_tensors
-        if autograd_fn.kernel_backward_unusable((d_out, d_hn, d_cn)):
-            return autograd_fn.differentiable_grads(_peephole_recorded, (x, h0, c0, w_ih, w_hh, bias, peephole, lengths),
-                                                    ctx.needs_input_grad, (d_out, d_hn, d_cn))
+        if kernel_backward_unusable((d_out, d_hn, d_cn)):
+            return differentiable_grads(_peephole_recorded, (x, h0, c0, w_ih, w_hh, bias, peephole, lengths),
+                                        ctx.needs_input_grad, (d_out, d_hn, d_cn))
         T, B, I = x.shape
         H = w_hh.shape[1]
-        # gradient reaching each h_t and c_t from outside the recurrence
-        d_h_ext = d_out.clone() if d_out is not None else x.new_zeros(T, B, H)
-        d_c_ext = x.new_zeros(T, B, H)
-        if lengths is None:
-            last, rows = torch.full((B,), T - 1, device=x.device), torch.arange(B, device=x.device)
-        else:
-            last, rows = lengths - 1, torch.arange(B, device=x.device)
-            d_h_ext.mul_((torch.arange(T, device=x.device)[:, None] < lengths[None, :]).unsqueeze(-1))
-        if d_hn is not None:
-            d_h_ext.index_put_((last, rows), d_hn, accumulate=True)
-        if d_cn is not None:
-            d_c_ext.index_put_((last, rows), d_cn, accumulate=True)
+        d_h_ext, d_c_ext = _external_grads(d_out, d_hn, d_cn, lengths, (T, B, H), x)
         p_i, p_f, p_o = peephole.chunk(3)
         dA = torch.empty_like(A)
         dh = x.new_zeros(B, H)
@@ -175,24 +167,27 @@ class _PeepholeFunction(torch.autograd.Function):
 
 # ---- LayerNorm LSTM ------------------------------------------------------------------------------
 
-def _ln_lstm_direction(x, h0, c0, w_ih, w_hh, b_ih, b_hh, extras, lengths):
-    """The hoisted part, LN_ih(W_ih x + b_ih) + beta_hh for all steps, by plain autograd (one
-    GEMM and one layer_norm over T*B rows); the recurrence by `_LNLSTMFunction`."""
+def ln_lstm(x, state, p, lengths):
+    """One LayerNorm-LSTM layer (state (h0, c0), p a LayerParams with the LN extras).  The
+    hoisted part, LN_ih(W_ih x + b_ih) + beta_hh for all steps, by plain autograd (one GEMM
+    and one layer_norm over T*B rows); the recurrence by `_LNLSTMFunction`."""
+    h0, c0 = state
+    extras = p.extras or {}
     missing = [k for k in ("layernorm_ih_weight", "layernorm_ih_bias", "layernorm_hh_weight", "layernorm_hh_bias",
                            "layernorm_c_weight", "layernorm_c_bias") if extras.get(k) is None]
     if missing:
         raise ValueError(f"ln_lstm needs its parameters {', '.join(missing)} in extras")
-    from .cells import ln_lstm_project
     T, B = x.shape[0], x.shape[1]
-    p = {"weight_ih": w_ih, "bias_ih": b_ih, **extras}
-    xpb = (ln_lstm_project(x.reshape(T * B, x.shape[2]), p) + extras["layernorm_hh_bias"]).view(T, B, -1)
-    args = (xpb, h0, c0, w_hh, b_hh, extras["layernorm_hh_weight"], extras["layernorm_c_weight"],
+    q = {"weight_ih": p.w_ih, "bias_ih": p.b_ih, **extras}
+    xpb = (cells.ln_lstm_project(x.reshape(T * B, x.shape[2]), q) + extras["layernorm_hh_bias"]).view(T, B, -1)
+    args = (xpb, h0, c0, p.w_hh, p.b_hh, extras["layernorm_hh_weight"], extras["layernorm_c_weight"],
             extras["layernorm_c_bias"])
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args):
-        return _LNLSTMFunction.apply(*args, lengths)
-    with torch.no_grad():
-        out, h_n, c_n, _ = _ln_lstm_forward(*args, lengths, save=False)
-    return out, h_n, c_n
+        out, h_n, c_n = _LNLSTMFunction.apply(*args, lengths)
+    else:
+        with torch.no_grad():
+            out, h_n, c_n, _ = _ln_lstm_forward(*args, lengths, save=False)
+    return out, (h_n, c_n)
 
 
 def _ln_lstm_forward(xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths, save):
@@ -274,28 +269,16 @@ class _LNLSTMFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, d_hn, d_cn):
         xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths, *steps = ctx.saved_tensors
-        if autograd_fn.kernel_backward_unusable((d_out, d_hn, d_cn)):
-            return autograd_fn.differentiable_grads(_ln_lstm_recorded, (xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths),
-                                                    ctx.needs_input_grad, (d_out, d_hn, d_cn))
+        if kernel_backward_unusable((d_out, d_hn, d_cn)):
+            return differentiable_grads(_ln_lstm_recorded, (xpb, h0, c0, w_hh, b_hh, g_hh, g_c, b_c, lengths),
+                                        ctx.needs_input_grad, (d_out, d_hn, d_cn))
         T = xpb.shape[0]
         k = {key: steps[n * T:(n + 1) * T] for n, key in enumerate(ctx.keys)}
         gates, cs, tcs = k["gates"], k["c"], k["tc"]
         T = len(gates)
         B, G = gates[0].shape
         H = G // 4
-        dev = h0.device
-        d_h_ext = d_out.clone() if d_out is not None else h0.new_zeros(T, B, H)
-        d_c_ext = h0.new_zeros(T, B, H) if d_cn is not None else None
-        rows = torch.arange(B, device=dev)
-        if lengths is None:
-            last = torch.full((B,), T - 1, device=dev)
-        else:
-            last = lengths - 1
-            d_h_ext.mul_((torch.arange(T, device=dev)[:, None] < lengths[None, :]).unsqueeze(-1))
-        if d_hn is not None:
-            d_h_ext.index_put_((last, rows), d_hn, accumulate=True)
-        if d_cn is not None:
-            d_c_ext.index_put_((last, rows), d_cn, accumulate=True)
+        d_h_ext, d_c_ext = _external_grads(d_out, d_hn, d_cn, lengths, (T, B, H), h0)
         dA = h0.new_empty(T, B, G)
         d_rec = h0.new_empty(T, B, G)
         d_g_hh, d_g_c, d_b_c = torch.zeros_like(g_hh), torch.zeros_like(g_c), torch.zeros_like(g_c)

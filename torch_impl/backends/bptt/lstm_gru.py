@@ -1,9 +1,7 @@
-"""The `autograd` rung: one custom `torch.autograd.Function` per layer and direction.
+"""The `bptt` rung's LSTM and GRU kernels: one custom `torch.autograd.Function` per layer
+and direction, whose backward is hand-written back-propagation through time (BPTT).
 
-`run_direction` runs one LSTM or GRU layer forward in time over a whole sequence and,
-when gradients are wanted, records one node whose backward is hand-written
-back-propagation through time (BPTT).  What makes it fast, compared with letting autograd
-record every step (the `eager` rung):
+What makes it fast, compared with letting autograd record every step (the `eager` rung):
 
 - forward: the input projection for all steps is ONE GEMM; each step is one GEMM
   `h @ W_hh^T` (fused with the add of the input projection) plus in-place gate math on
@@ -14,26 +12,14 @@ record every step (the `eager` rung):
 - the weight gradients `dW_ih = dG^T X`, `dW_hh = dG^T H_prev`, the bias gradients
   `sum dG` and the input gradient `dX = dG W_ih` are each ONE GEMM or reduction over
   all T*B rows, not T small ones;
-- the step GEMMs go through `torch_impl.onednn.Gemm`: BLAS (MKL on the CPU, cuBLAS on
-  CUDA) by default, or oneDNN with prepacked weights (the library `nn.LSTM` uses on the
-  CPU; float32 only) with RNNBENCH_GEMM=onednn -- see that module for the measurements
-  behind the default.  The input projection is a BLAS GEMM into a preallocated buffer;
-  internal scratch buffers are reused across calls (no page faults after the first).
+- the step GEMMs go through `gemm.Gemm`: BLAS (MKL on the CPU, cuBLAS on CUDA) by
+  default, or oneDNN with prepacked weights (the library `nn.LSTM` uses on the CPU;
+  float32 only) with RNNBENCH_GEMM=onednn (docs/torch.md has the measurements behind the
+  default).  The input projection is a BLAS GEMM into a preallocated buffer; internal
+  scratch buffers are reused across calls (no page faults after the first).
 
-Math (PyTorch's, DESIGN.md section 3), gates stacked in the order of the weight rows:
-
-LSTM (gates i, f, g, o)::
-
-    i = sigmoid(W_ii x + b_ii + W_hi h + b_hi)      f = sigmoid(W_if x + ... )
-    g = tanh(W_ig x + b_ig + W_hg h + b_hg)         o = sigmoid(W_io x + ... )
-    c' = f * c + i * g
-    h' = o * tanh(c')                  (with proj_size: h' = (o * tanh(c')) @ W_hr^T)
-
-GRU (gates r, z, n; the reset gate is applied after the recurrent matmul)::
-
-    r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)      z = sigmoid(W_iz x + ... )
-    n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
-    h' = (1 - z) * n + z * h
+The equations are the catalogue's (shared/cells.py); the gates are stacked in the order
+of the weight rows (i, f, g, o; r, z, n).
 
 Backward, with dh the gradient reaching h' (from the output and from step t+1):
 
@@ -61,63 +47,79 @@ import threading
 
 import torch
 
-from .onednn import Gemm
+from shared.cells import get_cell
 
-CELLS = ("lstm", "gru")
-NUM_GATES = {"lstm": 4, "gru": 3}
+from ... import cells
+from ...driver import LayerParams
+from .. import eager
+from .._common import differentiable_grads, kernel_backward_unusable
+from .gemm import Gemm
 
-__all__ = ["run_direction", "CELLS"]
+__all__ = ["lstm", "gru", "run_kernel", "KERNELS"]
 
 
 # ---------------------------------------------------------------------------------------
-# public entry point
+# public entry points
 # ---------------------------------------------------------------------------------------
-def run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None, w_hr=None, lengths=None):
-    """Run one layer of `cell` ("lstm" or "gru") forward in time over `x`.
+def lstm(x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None, w_hr=None, lengths=None):
+    """One LSTM layer forward in time over `x`, as one autograd node when gradients are wanted.
 
     Args:
         x: (T, B, I) input.
         h0: (B, H_out) initial hidden state (H_out = proj_size or hidden_size); None: zeros.
-        c0: (B, H) initial cell state for an LSTM (None: zeros); must be None for a GRU.
-        w_ih (G*H, I), w_hh (G*H, H_out), b_ih / b_hh (G*H,) or None, w_hr (H_out, H) or
-            None (LSTM projection): the canonical parameters of this layer and direction.
+        c0: (B, H) initial cell state (None: zeros).
+        w_ih (4H, I), w_hh (4H, H_out), b_ih / b_hh (4H,) or None, w_hr (H_out, H) or
+            None (projection): the canonical parameters of this layer and direction.
         lengths: None, or an int64 (B,) tensor on x.device with 1 <= lengths[b] <= T.
 
     Returns:
-        (out (T, B, H_out), h_n (B, H_out), c_n (B, H) or None for a GRU).  Past a
-        sequence's length its output is zero and h_n/c_n are the state after its last
-        valid step.  Differentiable w.r.t. x, h0, c0 and all weights (one autograd node).
+        (out (T, B, H_out), h_n (B, H_out), c_n (B, H)).  Past a sequence's length its
+        output is zero and h_n/c_n are the state after its last valid step.
     """
-    T, B, H, H_out = _check_inputs(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
-    if eager_fallback(x):
-        from .backends import eager
-        return eager.run_direction(cell, x, h0 if h0 is not None else x.new_zeros(B, H_out),
-                                   c0 if (c0 is not None or cell != "lstm") else x.new_zeros(B, H),
-                                   w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
-    if h0 is None:
-        h0 = x.new_zeros(B, H_out)
-    if cell == "lstm" and c0 is None:
-        c0 = x.new_zeros(B, H)
-    tensors = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-    if cell == "lstm":
-        if needs_grad:
-            return _LSTMFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
-        with torch.no_grad():
-            out, h_n, c_n, _ = _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, for_backward=False)
-        return out, h_n, c_n
-    if needs_grad:
-        out, h_n = _GRUFunction.apply(x, h0, w_ih, w_hh, b_ih, b_hh, lengths)
-        return out, h_n, None
+    T, B, H, H_out = _check_inputs("lstm", x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+    h0 = x.new_zeros(B, H_out) if h0 is None else h0
+    c0 = x.new_zeros(B, H) if c0 is None else c0
+    if _needs_grad(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr):
+        return _LSTMFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+    with torch.no_grad():
+        out, h_n, c_n, _ = _lstm_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, for_backward=False)
+    return out, h_n, c_n
+
+
+def gru(x, h0, w_ih, w_hh, b_ih=None, b_hh=None, lengths=None):
+    """One GRU layer forward in time over `x` (as `lstm`, without c0 and projection);
+    returns (out (T, B, H), h_n (B, H))."""
+    T, B, H, H_out = _check_inputs("gru", x, h0, None, w_ih, w_hh, b_ih, b_hh, None, lengths)
+    h0 = x.new_zeros(B, H) if h0 is None else h0
+    if _needs_grad(x, h0, w_ih, w_hh, b_ih, b_hh):
+        return _GRUFunction.apply(x, h0, w_ih, w_hh, b_ih, b_hh, lengths)
     with torch.no_grad():
         out, h_n, _ = _gru_forward(x, h0, w_ih, w_hh, b_ih, b_hh, lengths, for_backward=False)
-    return out, h_n, None
+    return out, h_n
+
+
+KERNELS = {"lstm": lstm, "gru": gru}
+
+
+def run_kernel(cell: str, x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None, w_hr=None, lengths=None):
+    """`lstm` or `gru` by name with one signature; returns (out, h_n, c_n or None)."""
+    if cell not in KERNELS:
+        raise ValueError(f"cell must be one of {tuple(KERNELS)}, got {cell!r}")
+    if not get_cell(cell).has_cell_state:
+        if c0 is not None:
+            raise ValueError(f"c0 must be None for cell={cell!r} (a GRU has no cell state)")
+        if w_hr is not None:
+            raise ValueError(f"w_hr (projection) is only supported for cell='lstm', got cell={cell!r}")
+        return (*KERNELS[cell](x, h0, w_ih, w_hh, b_ih, b_hh, lengths), None)
+    return KERNELS[cell](x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _check_inputs(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths):
     """Raise ValueError/TypeError naming the offending argument; return (T, B, H, H_out)."""
-    if cell not in CELLS:
-        raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
         raise ValueError(f"x must be a 3-D tensor (T, B, I), got {_describe(x)}")
     if not x.is_floating_point():
@@ -125,14 +127,10 @@ def _check_inputs(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths):
     T, B, I = x.shape
     if T < 1:
         raise ValueError(f"x must have at least one step, got shape {tuple(x.shape)}")
-    G = NUM_GATES[cell]
+    G = len(get_cell(cell).gates)
     if not isinstance(w_hh, torch.Tensor) or w_hh.dim() != 2 or w_hh.shape[0] % G:
         raise ValueError(f"w_hh must be a 2-D tensor ({G}*hidden_size, h_size) for {cell}, got {_describe(w_hh)}")
     H, H_out = w_hh.shape[0] // G, w_hh.shape[1]
-    if w_hr is not None and cell != "lstm":
-        raise ValueError(f"w_hr (projection) is only supported for cell='lstm', got cell={cell!r}")
-    if c0 is not None and cell != "lstm":
-        raise ValueError(f"c0 must be None for cell={cell!r} (a GRU has no cell state)")
     expected = {"w_ih": (G * H, I), "w_hh": (G * H, H_out), "b_ih": (G * H,), "b_hh": (G * H,),
                 "h0": (B, H_out), "c0": (B, H)}
     if w_hr is not None:
@@ -172,48 +170,6 @@ def _describe(value):
     if isinstance(value, torch.Tensor):
         return f"tensor of shape {tuple(value.shape)}"
     return type(value).__name__
-
-
-# ---------------------------------------------------------------------------------------
-# where the hand-written kernel steps aside
-# ---------------------------------------------------------------------------------------
-def eager_fallback(x) -> bool:
-    """Whether to run the `eager` formulation (the same math, recorded by autograd) instead of
-    the hand-written kernel: for an empty batch (nothing to compute), and under a torch.func
-    transform (vmap, grad, jacrev, ...), which cannot batch or trace the kernel's in-place
-    writes into preallocated buffers."""
-    return x.shape[1] == 0 or torch._C._functorch.peek_interpreter_stack() is not None
-
-
-def differentiable_grads(recompute, inputs, needs, grads):
-    """The backward when the kernel's own would be wrong or cannot run: under
-    `create_graph=True` (double backward: the gradient must itself be a function of the
-    inputs) and with batched grad_outputs (`is_grads_batched`, gradcheck's
-    check_batched_grad: vmap over the backward).  Re-runs the forward as the `eager`
-    formulation, recorded by autograd from the saved inputs, and differentiates it.
-
-    `recompute(*inputs)` returns the Function's outputs; `needs` is ctx.needs_input_grad.
-    """
-    create_graph = torch.is_grad_enabled()
-    with torch.enable_grad():
-        leaves = [t.detach().requires_grad_() if (n and not t.requires_grad) else t
-                  for t, n in zip(inputs, needs)]
-        outs = recompute(*leaves)
-        pairs = [(o, g) for o, g in zip(outs, grads) if o is not None and g is not None and o.requires_grad]
-        wrt = [t for t, n in zip(leaves, needs) if n]
-        got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
-                                       create_graph=create_graph, allow_unused=True))
-    return tuple(next(got) if n else None for n in needs)
-
-
-def kernel_backward_unusable(grads) -> bool:
-    """True under create_graph=True or with batched grad_outputs (see `differentiable_grads`)."""
-    return torch.is_grad_enabled() or any(g is not None and _batched(g) for g in grads)
-
-
-def _batched(t) -> bool:
-    # is_grads_batched runs the backward under the legacy vmap (its own tensor kind)
-    return torch._C._functorch.is_batchedtensor(t) or torch._C._functorch.is_legacy_batchedtensor(t)
 
 
 # ---------------------------------------------------------------------------------------
@@ -402,8 +358,7 @@ class _LSTMFunction(torch.autograd.Function):
         x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, hs, ms, K, K_c, fs = ctx.saved_tensors
         need = ctx.needs_input_grad  # x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths
         if kernel_backward_unusable((d_out, d_h_n, d_c_n)):
-            from .backends.eager import lstm_direction
-            return differentiable_grads(lstm_direction, (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths), need,
+            return differentiable_grads(_lstm_recorded, (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths), need,
                                         (d_out, d_h_n, d_c_n))
         T, B, I = x.shape
         x_flat = x.reshape(T * B, I)
@@ -521,8 +476,7 @@ class _GRUFunction(torch.autograd.Function):
         x, h0, w_ih, w_hh, b_ih, b_hh, lengths, hs, zs, K_i, K_hn = ctx.saved_tensors
         need = ctx.needs_input_grad  # x, h0, w_ih, w_hh, b_ih, b_hh, lengths
         if kernel_backward_unusable((d_out, d_h_n)):
-            from .backends.eager import gru_direction
-            return differentiable_grads(gru_direction, (x, h0, w_ih, w_hh, b_ih, b_hh, lengths), need, (d_out, d_h_n))
+            return differentiable_grads(_gru_recorded, (x, h0, w_ih, w_hh, b_ih, b_hh, lengths), need, (d_out, d_h_n))
         T, B, I = x.shape
         x_flat = x.reshape(T * B, I)
         H = w_hh.shape[0] // 3
@@ -550,3 +504,21 @@ class _GRUFunction(torch.autograd.Function):
         db_hh = gh_flat.sum(0) if need[5] else None
         _scratch.give(dG_i, dG_h, d_ext)
         return dx, dh0, dw_ih, dw_hh, db_ih, db_hh, None
+
+
+# ---------------------------------------------------------------------------------------
+# the same layers recorded by autograd (double backward, batched grad_outputs)
+# ---------------------------------------------------------------------------------------
+def _recorded(cell, x, state, w_ih, w_hh, b_ih, b_hh, w_hr, lengths):
+    return eager.run_direction(cells.get_torch_cell(cell), LayerParams(w_ih, w_hh, b_ih, b_hh, w_hr), x, state,
+                               lengths)
+
+
+def _lstm_recorded(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths):
+    out, (h_n, c_n) = _recorded("lstm", x, (h0, c0), w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+    return out, h_n, c_n
+
+
+def _gru_recorded(x, h0, w_ih, w_hh, b_ih, b_hh, lengths):
+    out, (h_n,) = _recorded("gru", x, (h0,), w_ih, w_hh, b_ih, b_hh, None, lengths)
+    return out, h_n

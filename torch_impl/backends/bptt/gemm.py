@@ -1,10 +1,10 @@
 """GEMMs for the hand-written RNN kernels: oneDNN where it runs, BLAS everywhere else.
 
-On the development CPU `torch.mm` (MKL) reaches 130-190 GFLOP/s on the RNN step shapes
-while oneDNN's inner-product primitive with a prepacked weight reaches 380-416
-(DESIGN.md section 6).  `nn.LSTM` uses oneDNN on the CPU, so a custom LSTM whose GEMMs go
-through `torch.mm` cannot catch up however well it fuses the rest.  This module gives
-the custom kernels one small object, `Gemm`, that computes
+`nn.LSTM` uses oneDNN on the CPU, whose prepacked inner-product primitive runs the RNN step
+shapes at two to three times the GFLOP/s of `torch.mm` (MKL) here (docs/torch.md has the
+figures), so a custom LSTM whose GEMMs go through `torch.mm` cannot catch up however well
+it fuses the rest.  This module gives the custom kernels one small object, `Gemm`, that
+computes
 
     y = x @ W^T (+ bias) (+ add)
 
@@ -17,13 +17,9 @@ autograd history: it is meant for the inside of custom `autograd.Function`s.
 Which library runs is a policy (`use_gemm_policy`, or the environment variable
 RNNBENCH_GEMM for the process): "blas" (the default), "onednn", or "auto" (time both on
 the first call of each shape, keep the faster for the rest of the process).  The default
-is BLAS because that is what won, measured end to end at S1 on the shared 2-core
-development machine while other processes loaded it (about 2-6 runnable processes per
-core): LSTM forward+backward 0.76-1.26x native with BLAS against 1.15-1.89x with oneDNN
-in 9 of 10 interleaved runs, GRU in every run.  oneDNN's step GEMM splits 0.13 GFLOP over
-both threads, and every step waits for the slower thread; MKL runs that shape on one
-thread.  On an idle machine DESIGN.md section 6 measured oneDNN 2.5x faster on the step
-shape, so there `RNNBENCH_GEMM=onednn` (or "auto") should win: measure before choosing.
+is BLAS because that is what won end to end on the shared 2-core machines where it was
+measured (oneDNN splits the small step GEMM over both threads and every step waits for the
+slower one); on an idle machine oneDNN can win: measure before choosing (docs/torch.md).
 `use_onednn(True/False)` sets policy "onednn"/"blas" in a `with` block.
 """
 
