@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from functools import lru_cache
 
 from shared import registry
 from shared.cell_modules import import_cell_modules
 from shared.cells import CELL_DEFS
-from shared.study.threads import DEFAULT_THREADS, pin_threads, set_torch_threads
+from shared.study.threads import DEFAULT_THREADS, pin_threads
 from shared.study.workloads import profile_from_env
 
 PROFILE, WORKLOADS = profile_from_env()
@@ -59,16 +58,11 @@ def _check(impl: str, cell: str, workload: str):
     row = registry.get(impl)
     w = _BY_NAME[workload]
     spec = w.spec(cell)
-    reason = row.unsupported_reason(spec, dtype=DTYPE) or row.unavailable_reason(DEVICE)
+    reason = row.unavailable_reason(DEVICE) or row.unsupported_reason(spec, dtype=DTYPE)
     if reason:
         raise NotImplementedError(reason)
-    adapter = row.adapter()
-    reason = adapter.unsupported_reason(spec, dtype=DTYPE)
-    if reason:
-        raise NotImplementedError(reason)
-    if "torch" in sys.modules:
-        set_torch_threads(THREADS)
-    return adapter, w, spec
+    registry.framework(row.framework).set_threads(THREADS)
+    return row.adapter(), w, spec
 
 
 @lru_cache(maxsize=1)  # one parameter combination per benchmark process

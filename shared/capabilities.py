@@ -48,21 +48,23 @@ class Capabilities:
         """None when `name` (e.g. "torch.eager") computes this configuration, else why not."""
         get_cell(spec.cell)  # an unknown cell raises naming the catalogue
         if not self.runs_cell(spec.cell, has_step):
-            which = "every cell with a step" if self.cells == ANY_CELL else ", ".join(self.cells)
-            return self._why("cell", f"{name} implements {which}, not {spec.cell!r}")
+            if self.cells == ANY_CELL:
+                return self.explain("cell", f"{name} runs every cell with a step, and {spec.cell!r} has none")
+            return self.explain("cell", f"{name} implements only {', '.join(self.cells)}")
         if dtype not in self.dtypes:
-            return self._why("dtype", f"{name} supports dtypes {', '.join(self.dtypes)}, not {dtype}")
+            return self.explain("dtype", f"{name} supports dtypes {', '.join(self.dtypes)}, not {dtype}")
         if device is not None and device not in self.devices:
-            return self._why("device", f"{name} runs only on {', '.join(self.devices)}, not {device}")
+            return self.explain("device", f"{name} runs only on {', '.join(self.devices)}, not {device}")
         if spec.proj_size and not self.proj_size:
-            return self._why("proj_size", f"{name} does not support proj_size")
+            return self.explain("proj_size", f"{name} does not support proj_size")
         if lengths and not self.lengths:
-            return self._why("lengths", f"{name} does not support variable lengths")
+            return self.explain("lengths", f"{name} does not support variable lengths")
         if spec.bidirectional and not self.bidirectional:
-            return self._why("bidirectional", f"{name} does not support bidirectional")
+            return self.explain("bidirectional", f"{name} does not support bidirectional")
         return None
 
-    def _why(self, key: str, generic: str) -> str:
+    def explain(self, key: str, generic: str) -> str:
+        """`generic`, with the declared reason for `key` appended when there is one."""
         extra = self.why_not.get(key)
         return f"{generic}: {extra}" if extra else generic
 

@@ -93,13 +93,8 @@ def case_inputs(case) -> dict:
 
 
 def unsupported_reason(impl_name: str, case, dtype: str) -> str | None:
-    """Why `impl_name` does not support this case in `dtype` (registry, then adapter), or None."""
-    impl = registry.get(impl_name)
-    has_lengths = case.lengths is not None
-    reason = impl.unsupported_reason(case.spec, lengths=has_lengths, dtype=dtype)
-    if reason is None:
-        reason = impl.adapter().unsupported_reason(case.spec, lengths=has_lengths, dtype=dtype)
-    return reason
+    """Why `impl_name` does not support this case in `dtype` (its declaration, its adapter), or None."""
+    return registry.get(impl_name).unsupported_reason(case.spec, lengths=case.lengths is not None, dtype=dtype)
 
 
 @dataclass
@@ -456,12 +451,10 @@ def cmd_parity(args) -> int:
 
     from .vectors import load_cases
     console = Console()
-    if args.threads:
-        import importlib.util
-        if importlib.util.find_spec("torch") is not None:
-            import torch
-            torch.set_num_threads(args.threads)  # tiny cases: spare threads only spin on a busy CPU
     impls = _select(registry.names(), _split(args.impls), "implementation")
+    if args.threads:  # tiny cases: spare threads only spin on a busy CPU
+        for fw in sorted({registry.get(n).framework for n in impls}):
+            registry.framework(fw).set_threads(args.threads)
     dtypes = _select(list(DTYPES), _split(args.dtypes), "dtype")
     all_cases = list(load_cases())
     wanted_cases = _split(args.cases)

@@ -63,24 +63,15 @@ FAST = {"torch": ("native", "eager"), "jax": ("scan",)}  # preferred for float32
 
 
 def available(framework: str) -> list[str]:
-    """Backends (torch) or impls (jax) that run on the CPU here, in ladder order."""
-    if framework == "torch":
-        import torch_impl
-        return list(torch_impl.available_backends("cpu"))
-    if framework == "jax":
-        import jax_impl
-        return list(jax_impl.available_impls())
-    raise ValueError(f"framework must be 'torch' or 'jax', got {framework!r}")
+    """Backends that run on the CPU here, in ladder order."""
+    from .registry import framework as framework_adapter
+    return list(framework_adapter(framework).available_backends("cpu"))
 
 
 def trainer(framework: str):
-    if framework == "torch":
-        from torch_impl import train
-    elif framework == "jax":
-        from jax_impl import train
-    else:
-        raise ValueError(f"framework must be 'torch' or 'jax', got {framework!r}")
-    return train
+    """The framework's training module (`train`, `hidden_grad_norms`, `evaluate_mse`)."""
+    from .registry import framework as framework_adapter
+    return framework_adapter(framework).trainer()
 
 
 def implementations(impls: Sequence[str] | None = None) -> list[str]:
@@ -92,13 +83,10 @@ def implementations(impls: Sequence[str] | None = None) -> list[str]:
 
 
 def unsupported_reason(name: str, config: TrainConfig, dtype: str = "float64") -> str | None:
-    """Why implementation `name` cannot train `config` (the registry's and adapter's answer), or None."""
+    """Why implementation `name` cannot train `config` (its declaration and adapter), or None."""
     from . import registry
-    spec = config.spec()
     has_lengths = config.make_task().batch(0, 1).lengths is not None
-    impl = registry.get(name)
-    return (impl.unsupported_reason(spec, lengths=has_lengths, dtype=dtype)
-            or impl.adapter().unsupported_reason(spec, lengths=has_lengths, dtype=dtype))
+    return registry.get(name).unsupported_reason(config.spec(), lengths=has_lengths, dtype=dtype)
 
 
 def train(name: str, config: TrainConfig, dtype: str = "float64", **kwargs):

@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from shared import reference
+from shared.capabilities import Capabilities
 
 BASE_S = 0.004
 
@@ -52,6 +53,7 @@ class FakeWorkload:
 
 class FakeAdapter:
     framework = "fake"
+    capabilities = Capabilities()
 
     def __init__(self, key: str):
         self.key = key

@@ -4,6 +4,7 @@ import pytest
 
 from shared import registry
 from shared.cells import CUSTOM_CELLS
+from shared.capabilities import Capabilities
 from shared.registry import Implementation, UnknownImplementationError
 from shared.spec import RNNSpec
 
@@ -25,7 +26,7 @@ def test_an_adapter_that_fails_to_load_is_unavailable_with_its_reason():
     broken = Implementation("torch.broken", "test", 0, adapter_path="shared.spec:no_such_factory")
     reason = broken.unavailable_reason("cpu")
     assert reason is not None and "torch.broken" in reason
-    gpu_only = Implementation("jax.gpuonly", "test", 0, devices=("cuda",))
+    gpu_only = Implementation("jax.gpuonly", "test", 0, capabilities=Capabilities(devices=("cuda",)))
     assert "only on cuda" in gpu_only.unavailable_reason("cpu")
 
 
@@ -33,6 +34,10 @@ def test_capabilities_name_what_is_missing():
     naive = registry.get("torch.naive")
     reason = naive.unsupported_reason(RNNSpec("lstm", 3, 4, proj_size=2))
     assert "proj_size" in reason and "torch.native" in reason  # names the ones that do support it
+
+
+def test_old_names_are_aliases():
+    assert registry.get("torch.autograd") is registry.get("torch.bptt")
     assert registry.get("torch.native").unsupported_reason(RNNSpec("lstm", 3, 4, proj_size=2)) is None
     assert "float64" in registry.get("jax.cudnn").unsupported_reason(RNNSpec("lstm", 3, 4), dtype="float64")
 

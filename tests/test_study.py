@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from shared import registry
+from shared.capabilities import Capabilities
+from shared.cells import STANDARD_CELLS
 from shared.registry import Implementation
 from shared.study import runner, workloads
 from shared.study.report import write_report
@@ -232,8 +234,10 @@ CUSTOM = ("lstm", "gru", "ln_lstm", "gru_reset_before")
 def custom_study(tmp_path_factory):
     """Plain cells on the quick workload, and two custom cells that only fake.custom runs (2x slower)."""
     mp = pytest.MonkeyPatch()
-    rows = [Implementation("torch.native", "fake native", 6, adapter_path=FAKE),
-            Implementation("fake.custom", "fake with custom cells", 3, cells=CUSTOM, adapter_path=FAKE)]
+    rows = [Implementation("torch.native", "fake native", 6, adapter_path=FAKE,
+                           capabilities=Capabilities(cells=STANDARD_CELLS)),
+            Implementation("fake.custom", "fake with custom cells", 3, adapter_path=FAKE,
+                           capabilities=Capabilities(cells=CUSTOM))]
     mp.setattr(registry, "_ROWS", rows)
     mp.setattr(registry, "REGISTRY", {r.name: r for r in rows})
     mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))

@@ -23,7 +23,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import registry
-from ..spec import RNNSpec
 from .threads import DEFAULT_THREADS, thread_env
 from .workloads import Workload, sweep
 
@@ -211,24 +210,30 @@ class StudyConfig:
         return int(0.8 * psutil.virtual_memory().total)
 
 
-def probe_availability(impls: list[str], device: str, timeout: float) -> dict[str, str | None]:
-    """name -> None or why it cannot run, probed in one subprocess per framework."""
+def probe_availability(impls: list[str], device: str, timeout: float, cells=(), dtypes=()):
+    """(name -> None or why it cannot run, (name, cell, dtype) -> None or why it cannot
+    compute it), probed in one subprocess per framework (this process imports none)."""
     by_framework: dict[str, list[dict]] = {}
     for name in impls:
         row = registry.get(name)
         by_framework.setdefault(row.framework, []).append(dict(
-            name=name, adapter_key=row.key, devices=list(row.devices),
-            adapter_path=row.adapter_path or f"{row.framework}_impl.adapter:get_adapter"))
+            name=name, adapter_key=row.key, capabilities=row.capabilities.to_dict() if row.capabilities else None,
+            adapter_path=row.adapter_path or f"{registry.FRAMEWORKS.get(row.framework)}:get_adapter"))
     reasons: dict[str, str | None] = {}
+    unsupported: dict[tuple, str | None] = {}
     for framework, items in by_framework.items():
-        rec = run_worker("probe", {"device": device, "impls": items, "threads": 1}, timeout=timeout)
+        rec = run_worker("probe", {"device": device, "impls": items, "threads": 1, "cells": list(cells),
+                                   "dtypes": list(dtypes)}, timeout=timeout)
         got = rec.get("reasons", {})
         for item in items:
             if item["name"] in got:
                 reasons[item["name"]] = got[item["name"]]
             else:
                 reasons[item["name"]] = f"probing {framework} failed: {rec.get('reason', 'no answer')}"
-    return reasons
+            for key, why in rec.get("unsupported", {}).get(item["name"], {}).items():
+                cell, dtype = key.split("|")
+                unsupported[(item["name"], cell, dtype)] = why
+    return reasons, unsupported
 
 
 def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
@@ -278,7 +283,7 @@ def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
                         min_time_s=config.min_time_s, warmup=config.warmup, parity=parity, seed=0,
                         phases=["train"] if group == "custom" else ["forward", "train"],
                         flops_forward=w.flops(cell),
-                        adapter_path=row.adapter_path or f"{row.framework}_impl.adapter:get_adapter"))
+                        adapter_path=row.adapter_path or f"{registry.FRAMEWORKS.get(row.framework)}:get_adapter"))
     return jobs
 
 
@@ -334,7 +339,10 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
                                 repeats=config.repeats, budget_s=config.budget_s, min_time_s=config.min_time_s,
                                 timeout=config.timeout, resumed=bool(previous), machine=machine_info(config.device, config.threads)))
     log(f"probing {len(names)} implementations on {config.device} ...")
-    reasons = probe_availability(names, config.device, timeout=max(config.timeout, 120))
+    planned = plan(config, names)
+    reasons, unsupported = probe_availability(names, config.device, timeout=max(config.timeout, 120),
+                                               cells=sorted({j["cell"] for j in planned}),
+                                               dtypes=sorted({j["dtype"] for j in planned}))
     available = [n for n in names if reasons.get(n) is None]
     for n in names:
         if reasons.get(n) is not None:
@@ -368,8 +376,7 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
             bar.advance(task)
         for job in jobs:
             bar.update(task, description=f"{job['impl']} {job['cell']} {job['workload_name']}")
-            spec = RNNSpec(job["cell"], job["workload"]["input_size"], job["workload"]["hidden_size"])
-            reason = registry.get(job["impl"]).unsupported_reason(spec, dtype=job["dtype"])
+            reason = unsupported.get((job["impl"], job["cell"], job["dtype"]))
             if reason:
                 rec = {"status": "skipped", "reason": reason, "wall_s": 0.0}
             else:

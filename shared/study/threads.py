@@ -43,10 +43,3 @@ def pin_threads(threads: int) -> list[int] | None:
     chosen = cores[:threads]
     os.sched_setaffinity(0, chosen)
     return chosen
-
-
-def set_torch_threads(threads: int) -> None:
-    """torch.set_num_threads, once torch is imported (the env var alone misses MKL-DNN's pool)."""
-    import torch
-
-    torch.set_num_threads(threads)

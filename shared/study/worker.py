@@ -105,43 +105,33 @@ def load_adapter(job: dict):
     return _load_adapter(job["adapter_path"], job["adapter_key"])
 
 
-def framework_versions(framework: str) -> dict[str, str]:
-    from importlib import metadata
+class _NoFramework:
+    """What the harness asks of a framework, for adapters whose module offers none (tests' fakes)."""
 
-    names = {"torch": ["torch"], "jax": ["jax", "jaxlib", "flax"]}.get(framework, [])
-    out = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+    def set_threads(self, threads):
+        pass
+
+    def reset_peak_memory(self, device):
+        pass
+
+    def peak_memory_bytes(self, device):
+        return None
+
+    def versions(self):
+        return {}
+
+
+def framework_of(job: dict):
+    """The FrameworkAdapter functions (`shared.adapter`) of the job's adapter: its module."""
+    import importlib
+
+    module = importlib.import_module(job["adapter_path"].partition(":")[0])
+    fallback = _NoFramework()
+    return type("Framework", (), {name: staticmethod(getattr(module, name, getattr(fallback, name)))
+                                  for name in ("set_threads", "reset_peak_memory", "peak_memory_bytes", "versions")})
 
 
 # ---- measure ---------------------------------------------------------------------------
-def _reset_device_peak(framework: str, device: str) -> None:
-    if device == "cuda" and framework == "torch":
-        import torch
-
-        torch.cuda.reset_peak_memory_stats()
-
-
-def _device_peak_bytes(framework: str, device: str) -> int | None:
-    if device != "cuda":
-        return None
-    if framework == "torch":
-        import torch
-
-        return int(torch.cuda.max_memory_allocated())
-    if framework == "jax":
-        import jax
-
-        stats = jax.local_devices()[0].memory_stats() or {}
-        peak = stats.get("peak_bytes_in_use")
-        return int(peak) if peak is not None else None
-    return None
-
-
 def measure(job: dict, result_path: str) -> dict:
     from ..spec import RNNSpec
 
@@ -153,21 +143,18 @@ def measure(job: dict, result_path: str) -> dict:
 
     save()
     w = job["workload"]
-    framework = job["impl"].split(".", 1)[0]
     device, dtype = job["device"], job["dtype"]
     try:
         adapter = load_adapter(job)
-        if "torch" in sys.modules:  # the adapter brought torch in: set its intra-op pool
-            from .threads import set_torch_threads
-
-            set_torch_threads(job["threads"])
+        fw = framework_of(job)
+        fw.set_threads(job["threads"])  # the env pinned the pools before import; this sizes the rest
         spec = RNNSpec(job["cell"], w["input_size"], w["hidden_size"])
         reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(spec, dtype=dtype)
         if reason:
             save(status="skipped", reason=reason, phase="check")
             return rec
-        save(phase="build", versions=framework_versions(framework), baseline_rss_bytes=current_rss_bytes())
-        _reset_device_peak(framework, device)
+        save(phase="build", versions=fw.versions(), baseline_rss_bytes=current_rss_bytes())
+        fw.reset_peak_memory(device)
         t0 = time.perf_counter()
         wl = adapter.make_workload(spec, seq_len=w["seq_len"], batch=w["batch"], dtype=dtype,
                                    device=device, seed=job.get("seed", 0))
@@ -190,7 +177,7 @@ def measure(job: dict, result_path: str) -> dict:
         trn = summarize(time_calls(wl.train_step, repeats, budget, min_time_s=min_time))
         save(train_s=trn["median"], train_iqr_s=trn["iqr"], train_n=trn["n"],
              gflops_train=3 * flops / trn["median"] / 1e9,
-             peak_rss_bytes=peak_rss_bytes(), peak_device_bytes=_device_peak_bytes(framework, device),
+             peak_rss_bytes=peak_rss_bytes(), peak_device_bytes=fw.peak_memory_bytes(device),
              phase="parity")
         del wl
         if job.get("parity"):
@@ -241,9 +228,8 @@ def _vector_cases(cell: str, impl: str, dtype: str, adapter, limit: int):
         if case.spec.cell != cell:
             continue
         has_lengths = case.lengths is not None
-        if row is not None and row.unsupported_reason(case.spec, lengths=has_lengths, dtype=dtype):
-            continue
-        if adapter.unsupported_reason(case.spec, lengths=has_lengths, dtype=dtype):
+        if (row.unsupported_reason(case.spec, lengths=has_lengths, dtype=dtype) if row is not None
+                else adapter.unsupported_reason(case.spec, lengths=has_lengths, dtype=dtype)):
             continue
         picked.append(case)
     # A plain case and one with unsorted variable lengths when supported; the parity
@@ -287,7 +273,7 @@ def parity(adapter, impl: str, cell: str, dtype: str, device: str, limit: int = 
 
 
 # ---- GEMM roof -------------------------------------------------------------------------
-def _gemm_seconds(fn, sync, min_time: float) -> float:
+def best_call_seconds(fn, sync, min_time: float) -> float:
     """Best (over 3 batches) mean time of one call: the roof is an upper bound.
 
     Calls run in chunks that double until a batch lasts `min_time`; the device is
@@ -312,35 +298,22 @@ def _gemm_seconds(fn, sync, min_time: float) -> float:
     return best
 
 
-def gemm_gflops(m: int, k: int, n: int, device: str, min_time: float) -> dict[str, float | None]:
-    """GFLOP/s of (m, k) x (k, n) with torch.mm and (CPU) with prepacked oneDNN."""
-    import torch
-
-    x = torch.randn(m, k, device=device)
-    w = torch.randn(n, k, device=device)  # nn.Linear layout (out, in), as the cells use
-    b = torch.zeros(n, device=device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    flops = 2.0 * m * k * n
-    out = {"mm": flops / _gemm_seconds(lambda: torch.mm(x, w.t()), sync, min_time) / 1e9, "onednn": None}
-    if device == "cpu" and torch.backends.mkldnn.is_available():
-        packed = torch.ops.mkldnn._reorder_linear_weight(w, m)
-        out["onednn"] = flops / _gemm_seconds(
-            lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""), sync, min_time) / 1e9
-    return out
-
-
 def roof(job: dict, result_path: str) -> dict:
     """For each (cell, workload): GEMM GFLOP/s at its step and input shapes, and its roof.
 
     The workload roof is what a perfect implementation would reach if its only cost were
     its GEMMs: forward FLOPs / (one input-projection GEMM + T step GEMMs).
     """
-    import torch
+    from ..registry import framework
 
-    from .threads import set_torch_threads
+    torch_fw = framework("torch")
+    torch_fw.set_threads(job["threads"])
+    rec = {"status": "running", "versions": torch_fw.versions(), "rows": []}
 
-    set_torch_threads(job["threads"])
-    rec = {"status": "running", "versions": framework_versions("torch"), "rows": []}
+    def gemm_gflops(m, k, n, device, min_time):
+        rates = torch_fw.gemm_gflops(m, k, n, device=device, min_time=min_time)
+        return {"mm": rates["torch.mm"], "onednn": rates["onednn"]}
+
     write_json(result_path, rec)
     cache: dict[tuple, dict] = {}
     for item in job["items"]:
@@ -371,28 +344,43 @@ def roof(job: dict, result_path: str) -> dict:
         rec["rows"].append(row)
         write_json(result_path, rec)
     rec["status"] = "ok"
-    rec["torch_threads"] = torch.get_num_threads()
+    rec["torch_threads"] = job["threads"]
     write_json(result_path, rec)
     return rec
 
 
 # ---- probe -----------------------------------------------------------------------------
 def probe(job: dict, result_path: str) -> dict:
-    """name -> None (runs here) or the reason it cannot, for implementations of one framework."""
+    """For implementations of one framework: why each cannot run here (or None), and, for
+    each cell and dtype of the study, why it cannot compute it (or None).  The runner asks
+    here, in a worker, so that its own process never imports a framework."""
+    from ..capabilities import Capabilities
     from ..registry import _load_adapter
+    from ..spec import RNNSpec
 
     reasons: dict[str, str | None] = {}
+    unsupported: dict[str, dict[str, str | None]] = {}
     for item in job["impls"]:
-        if job["device"] not in item["devices"]:
-            reasons[item["name"]] = f"{item['name']} runs only on {', '.join(item['devices'])}, not {job['device']}"
-            continue
+        name = item["name"]
+        declared = Capabilities(**item["capabilities"]) if item.get("capabilities") else None
         try:
             adapter = _load_adapter(item["adapter_path"], item["adapter_key"])
-            reasons[item["name"]] = adapter.unavailable_reason(job["device"])
+            caps = declared or adapter.capabilities
+            if job["device"] not in caps.devices:
+                reasons[name] = caps.explain("device", f"{name} runs only on {', '.join(caps.devices)}, "
+                                                       f"not {job['device']}")
+            else:
+                reasons[name] = adapter.unavailable_reason(job["device"])
+            for cell in job.get("cells", ()):
+                spec = RNNSpec(cell, 4, 4)
+                for dtype in job.get("dtypes", ()):
+                    why = declared.unsupported_reason(name, spec, dtype=dtype) if declared else None
+                    unsupported.setdefault(name, {})[f"{cell}|{dtype}"] = \
+                        why or adapter.unsupported_reason(spec, dtype=dtype)
         except Exception as e:
-            reasons[item["name"]] = f"{item['name']}: cannot load its adapter ({type(e).__name__}: {e})"
-        write_json(result_path, {"status": "running", "reasons": reasons})
-    rec = {"status": "ok", "reasons": reasons}
+            reasons[name] = f"{name}: cannot load its adapter ({type(e).__name__}: {e})"
+        write_json(result_path, {"status": "running", "reasons": reasons, "unsupported": unsupported})
+    rec = {"status": "ok", "reasons": reasons, "unsupported": unsupported}
     write_json(result_path, rec)
     return rec
 
