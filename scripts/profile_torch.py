@@ -26,9 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from shared.study.workloads import all_named  # noqa: E402
 
-S1 = dict(seq_len=100, batch=64, input_size=256, hidden_size=512)
+_S1 = all_named()["S1"]
+S1 = dict(seq_len=_S1.seq_len, batch=_S1.batch, input_size=_S1.input_size, hidden_size=_S1.hidden_size)
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
             "mkldnn", "onednn", "aten::_addmm_activation")
 

@@ -4,7 +4,7 @@ A workload fixes the sizes of one timed problem: sequence length T, batch B, inp
 I and hidden size H (one layer, one direction, float32).  The FLOPs of one forward pass
 are those of `RNNSpec.flops`, ``2*T*B*G*H*(I+H)`` (G = 4 for LSTM, 3 for GRU).
 
-Profiles (DESIGN.md section 6):
+Profiles:
 - ``quick``: tiny, for CI smoke runs (seconds);
 - ``cpu``: S1 ``T=100,B=64,I=256,H=512`` (the GRU seed's configuration), S2
   ``T=100,B=1,I=256,H=256`` (latency), S3 ``T=1000,B=16,I=128,H=128`` (long sequences);
