@@ -58,7 +58,7 @@ def _check(impl: str, cell: str, workload: str):
     row = registry.get(impl)
     w = _BY_NAME[workload]
     spec = w.spec(cell)
-    reason = row.unavailable_reason(DEVICE) or row.unsupported_reason(spec, dtype=DTYPE)
+    reason = row.unsupported_reason(spec, dtype=DTYPE) or row.unavailable_reason(DEVICE)
     if reason:
         raise NotImplementedError(reason)
     registry.framework(row.framework).set_threads(THREADS)

@@ -252,7 +252,8 @@ def advance(masks: List[Tensor], t: int, new: tuple, old: tuple) -> tuple:
 def project_all(cell: TorchCell, x: Tensor, q: dict) -> Tensor:
     """x (T, B, I) -> cell.project over all T*B rows, as (T, B, G*H)."""
     T, B = x.shape[0], x.shape[1]
-    return cell.project(x.reshape(T * B, x.shape[2]), q).view(T, B, -1)
+    x_proj = cell.project(x.reshape(T * B, x.shape[2]), q)
+    return x_proj.view(T, B, x_proj.shape[1])
 
 
 def time_loop(step: Callable, x_proj: Tensor, state: tuple, q: dict, lengths: Tensor | None = None, *,
