@@ -128,3 +128,64 @@ def markdown_table(names: tuple[str, ...] | None = None) -> str:
                            for e in cell.extra_params) or "none"
         rows.append(f"| `{name}` | {cell.family} ({state}) | {', '.join(cell.gates)} | {extras} |")
     return "\n".join(rows)
+
+
+# The cells this module registers at import (the built-in catalogue).  `markdown_page`
+# renders these, never cells a user or a test registered later in the process.
+_BUILT_IN_CELLS = tuple(CELL_DEFS)
+
+
+def markdown_page() -> str:
+    """docs/cells.md: every built-in cell with its family, gates, summary, equations and
+    extra parameters.  Regenerate with `python -m shared.cells > docs/cells.md`
+    (tests/test_docs.py fails while the page and the catalogue differ)."""
+    lines = [
+        "# Cells",
+        "",
+        ("<!-- Generated from the catalogue in shared/cells.py by `python -m shared.cells > docs/cells.md`."
+         " Do not edit by hand. -->"),
+        "",
+        "The catalogue of recurrent cells (`shared/cells.py`). A cell is chosen by name (`RNNSpec.cell`,",
+        "`torch_impl.RNN(cell, ...)`, `jax_impl.rnn(..., cell=...)`); its equations are written once, here.",
+        "Parameters are PyTorch's `weight_ih_l{k}[_reverse]`, `weight_hh_l{k}[_reverse]`,",
+        "`bias_ih_l{k}[_reverse]`, `bias_hh_l{k}[_reverse]` with the gate blocks stacked along the first",
+        "axis in the order given, plus each cell's extra parameters `<prefix>_l{k}[_reverse]`.",
+        "Initial values: `uniform` is PyTorch's U(-1/sqrt(H), 1/sqrt(H)), as for the weights; `ones`, `zeros`.",
+        "Which rungs run which cell: `rnnbench list`, [torch.md](torch.md), [jax.md](jax.md).",
+        "Your own cell: [own-cell.md](own-cell.md).",
+        "",
+        "Notation: x the input, h and c the previous state, h' and c' the new one, `sigmoid` the logistic",
+        "function, `*` the elementwise product; `W_i* x + b_i*` is the input side of a gate, `W_h* h + b_h*`",
+        "its recurrent side.",
+        "",
+        "| cell | family (state) | gates | extra parameters | proj_size | summary |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in _BUILT_IN_CELLS:
+        cell = CELL_DEFS[name]
+        state = "h, c" if cell.has_cell_state else "h"
+        extras = ", ".join(f"`{e.prefix}`" for e in cell.extra_params) or "none"
+        lines.append(f"| [`{name}`](#{name}) | {cell.family} ({state}) | {', '.join(cell.gates)} | {extras} | "
+                     f"{'yes' if cell.proj_size else 'no'} | {cell.summary} |")
+    for name in _BUILT_IN_CELLS:
+        cell = CELL_DEFS[name]
+        state = "(h, c)" if cell.has_cell_state else "h"
+        lines += ["", f"## {name}", "", cell.summary + ".", "",
+                  (f"Family `{cell.family}` (state {state}); gates {', '.join(cell.gates)}; "
+                   f"proj_size {'supported' if cell.proj_size else 'not supported'}."), "",
+                  "```text", *cell.equations.splitlines(), "```", ""]
+        if cell.extra_params:
+            lines += ["Extra parameters, one of each per layer and direction (`<prefix>_l{k}[_reverse]`):", "",
+                      "| prefix | shape | init | what |", "|---|---|---|---|"]
+            lines += [f"| `{e.prefix}` | ({e.size},) | {e.init} | {e.doc} |" for e in cell.extra_params]
+        else:
+            lines.append("Extra parameters: none.")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    # `python -m shared.cells > docs/cells.md`; rendered by the imported module, whose
+    # catalogue is the one every other module sees.
+    from shared.cells import markdown_page as _page
+
+    print(_page(), end="")
