@@ -1,7 +1,7 @@
 """The catalogue of recurrent cells: what each computes and which parameters it adds.
 
 A cell is identified by name in `RNNSpec.cell`.  `lstm` and `gru` are PyTorch's cells
-(the canonical contract, DESIGN.md section 3).  The others extend the canonical
+(the canonical contract, docs/contract.md).  The others extend the canonical
 parameter convention: each adds per-(layer, direction) entries named
 `<prefix>_l{k}[_reverse]` beside PyTorch's `weight_ih/weight_hh/bias_ih/bias_hh`.
 
@@ -117,7 +117,7 @@ CUSTOM_CELLS = ("ln_lstm", "peephole_lstm", "gru_reset_before")
 def markdown_table(names: tuple[str, ...] | None = None) -> str:
     """A Markdown table of the cells (name, family, gates, extra parameters with shapes).
 
-    For the README: `python -c "from shared.cells import markdown_table; print(markdown_table())"`.
+    For docs: `python -c "from shared.cells import markdown_table; print(markdown_table())"`.
     """
     rows = ["| cell | family (state) | gates | extra parameters per layer/direction |",
             "|---|---|---|---|"]

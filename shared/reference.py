@@ -1,7 +1,7 @@
 """The float64 NumPy reference: forward and backward (BPTT) for every cell in the catalogue.
 
 Every implementation is checked against this module.  It follows PyTorch's math and
-`nn.LSTM`/`nn.GRU` semantics exactly (DESIGN.md section 3):
+`nn.LSTM`/`nn.GRU` semantics exactly (docs/contract.md):
 
 - multiple layers (layer k > 0 reads the concatenated outputs of layer k-1), both
   directions, `batch_first`, `bias=False`, initial states, LSTM `proj_size`;

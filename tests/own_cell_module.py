@@ -1,6 +1,6 @@
 """The own-cell worked example (MGU, tests/test_own_cell.py) as a cell module.
 
-Importing it registers the cell everywhere the README's own-cell guide does: the
+Importing it registers the cell everywhere docs/own-cell.md does: the
 catalogue, the NumPy reference, torch_impl and jax_impl.  Name it in
 RNNBENCH_CELL_MODULES (or `rnnbench compare --cell-modules own_cell_module`) with tests/
 on PYTHONPATH, and the study's workers and the asv suites can measure `mgu`

@@ -151,7 +151,7 @@ def register(subparsers) -> None:
     p.add_argument("--sweeps", choices=SWEEP_LEVELS, default="small",
                    help="T and B sweeps for the plots (LSTM, --sweep-impls only): none, small (default), full")
     p.add_argument("--sweep-impls", type=_impls, default=None,
-                   help="implementations in the sweeps (default torch.autograd,torch.native,jax.scan)")
+                   help="implementations in the sweeps (default torch.bptt,torch.native,jax.scan)")
     _add_measure_options(p)
     p.set_defaults(func=cmd_compare)
 

@@ -170,7 +170,7 @@ def roof_key(cell: str, workload: str, device: str) -> str:
 
 
 # ---- the study -------------------------------------------------------------------------
-DEFAULT_SWEEP_IMPLS = ("torch.autograd", "torch.native", "jax.scan")
+DEFAULT_SWEEP_IMPLS = ("torch.bptt", "torch.native", "jax.scan")
 
 
 @dataclass
