@@ -1,10 +1,11 @@
-"""The JAX side of `shared.adapter.Adapter`: one adapter per impl of `jax_impl.IMPLS`.
+"""The JAX side of `shared.adapter.Adapter`: one adapter per backend of `jax_impl.BACKENDS`.
 
 `get_adapter("scan")` (what the registry row `jax.scan` loads) returns an object that
-runs one impl on canonical NumPy inputs (`run_case`, gradients by `jax.vjp` against the
-given cotangents) and builds jit-compiled timed workloads (`make_workload`).  float64
-needs `jax_enable_x64`; the adapter turns it on when asked for float64 (a process-wide
-switch: explicit float32 arrays stay float32).
+runs one backend on canonical NumPy inputs (`run_case`, gradients by `jax.vjp` against
+the given cotangents), builds jit-compiled timed workloads (`make_workload`) and exposes
+the backend's declaration (`capabilities`).  float64 needs `jax_enable_x64`; the adapter
+turns it on when asked for float64 (a process-wide switch: explicit float32 arrays stay
+float32).
 """
 
 from __future__ import annotations
@@ -16,16 +17,10 @@ import numpy as np
 from shared.params import init_params
 from shared.spec import RNNSpec
 
-from . import driver
+from . import backends, driver
 
 DTYPES = ("float32", "float64")
 DEVICES = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu"}
-
-
-def get_adapter(key: str, **options) -> "JaxAdapter":
-    """The adapter of impl `key` (one of `jax_impl.IMPLS`); `options` go to the impl (e.g. unroll)."""
-    driver.impl_module(key)  # raises UnknownImplError listing the valid impls
-    return JaxAdapter(key, **options)
 
 
 def _enable_x64_if(dtype: str) -> None:
@@ -44,10 +39,16 @@ def _jit(fn, dev):
     return jax.jit(fn, compiler_options=compiler_options(dev.platform) or None)
 
 
-def _device(device: str):
-    import jax
+def _check_device_name(device: str) -> str:
+    """"cpu" or "cuda" (the registry's names; "gpu" is accepted for "cuda")."""
     if device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    return "cuda" if DEVICES[device] == "gpu" else device
+
+
+def _device(device: str):
+    import jax
+    _check_device_name(device)
     try:
         return jax.devices(DEVICES[device])[0]
     except RuntimeError as e:
@@ -58,13 +59,11 @@ class JaxAdapter:
     framework = "jax"
 
     def __init__(self, key: str, **options):
-        self.key = key
+        self.key = backends.check_backend_name(key)  # unknown -> UnknownImplError listing the valid ones
         self.options = options
-        self._module = driver.impl_module(key)
-        unknown = sorted(set(options) - set(self._module.OPTIONS))
-        if unknown:
-            raise TypeError(f"impl {key!r} got unknown options {unknown}; its options: "
-                            f"{', '.join(self._module.OPTIONS) or 'none'}")
+        self.capabilities = backends.capabilities(self.key)
+        self._module = backends.MODULES[self.key]
+        driver.check_options(self.key, self._module, options)
 
     def __repr__(self):
         return f"JaxAdapter({self.key!r}{''.join(f', {k}={v!r}' for k, v in self.options.items())})"
@@ -72,35 +71,22 @@ class JaxAdapter:
     # ---- capabilities ----------------------------------------------------------
     def unavailable_reason(self, device: str = "cpu") -> str | None:
         try:
-            _device(device)
-        except (RuntimeError, ValueError) as e:
+            device = _check_device_name(device)
+        except ValueError as e:
             return str(e)
-        reason = driver.unavailable_reason(self.key)
-        if reason is None and device == "cpu" and self.key == "cudnn":
-            return "jax.cudnn runs on CUDA only (jax.experimental.rnn has no CPU kernel)"
-        return reason
+        return backends.unavailable_reason(self.key, device)
 
     def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
-        if spec.cell not in driver.STANDARD_CELLS:
-            from . import cells as jax_cells
-            if not jax_cells.has_jax_cell(spec.cell):
-                return (f"cell {spec.cell!r} has no JAX step; add one with "
-                        f"jax_impl.register_cell({spec.cell!r}, step)")
-            reason = driver.generic_cells_reason(self.key, spec.cell)
-            if reason is not None:
-                return reason
-        if self.key == "flax_nnx" and spec.cell == "gru" and spec.bias:
-            return ("flax nnx GRUCell has no b_hn (the n gate's recurrent bias, scaled by the reset gate): a "
-                    "canonical GRU with biases runs only when b_hn = 0, and even then has no b_hn gradient")
-        return self._module.unsupported_reason(spec, lengths=lengths, dtype=dtype)
+        return (backends.unsupported_reason(self.key, spec, lengths=lengths, dtype=dtype, label=f"jax.{self.key}")
+                or backends.gradient_reason(self.key, spec))
 
     # ---- parity -----------------------------------------------------------------
     def _function(self, spec: RNNSpec):
         """f(x, hx, params, lengths) -> {"output", "h_n"[, "c_n"]}."""
         import jax_impl
         kwargs = dict(num_layers=spec.num_layers, bidirectional=spec.bidirectional, batch_first=spec.batch_first,
-                      impl=self.key, **self.options)
-        if spec.family == "lstm":
+                      backend=self.key, **self.options)
+        if spec.cell_def.has_cell_state:
             def f(x, hx, params, lengths=None):
                 out, (h_n, c_n) = jax_impl.rnn(params, x, hx, cell=spec.cell, lengths=lengths,
                                                proj_size=spec.proj_size, **kwargs)
@@ -119,7 +105,7 @@ class JaxAdapter:
         import jax
         import jax.numpy as jnp
 
-        if spec.family == "lstm" and (h0 is None) != (c0 is None):
+        if spec.cell_def.has_cell_state and (h0 is None) != (c0 is None):
             raise ValueError("an LSTM takes h0 and c0 together or neither")
         dev = _device(device)
         put = lambda a: jax.device_put(jnp.asarray(np.asarray(a), dtype=dtype), dev)  # noqa: E731
@@ -127,7 +113,7 @@ class JaxAdapter:
         jx = put(x)
         hx = None
         if h0 is not None:
-            hx = (put(h0), put(c0)) if spec.family == "lstm" else put(h0)
+            hx = (put(h0), put(c0)) if spec.cell_def.has_cell_state else put(h0)
         jlengths = None
         if lengths is not None:
             B, T = (x.shape[0], x.shape[1]) if spec.batch_first else (x.shape[1], x.shape[0])
@@ -140,7 +126,7 @@ class JaxAdapter:
         if cotangents is None:
             out = _jit(f, dev)(jx, hx, jparams, jlengths)
             return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
-        names = ["output", "h_n"] + (["c_n"] if spec.family == "lstm" else [])
+        names = ["output", "h_n"] + (["c_n"] if spec.cell_def.has_cell_state else [])
         missing = [k for k in names if k not in cotangents]
         if missing:
             raise KeyError(f"cotangents has no {missing} (needs {names})")
@@ -157,7 +143,7 @@ class JaxAdapter:
         result = {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
         result["grad/x"] = np.asarray(gx, dtype=np.float64)
         if hx is not None:
-            if spec.family == "lstm":
+            if spec.cell_def.has_cell_state:
                 result["grad/h0"] = np.asarray(ghx[0], dtype=np.float64)
                 result["grad/c0"] = np.asarray(ghx[1], dtype=np.float64)
             else:
@@ -211,3 +197,8 @@ class JaxWorkload:
     def train_step(self) -> None:
         import jax
         jax.block_until_ready(self._step(self.params, self.x, self.g))
+
+
+def get_adapter(key: str, **options) -> JaxAdapter:
+    """The adapter of backend `key` (one of `jax_impl.BACKENDS`); `options` go to the backend (e.g. unroll)."""
+    return JaxAdapter(key, **options)

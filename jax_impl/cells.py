@@ -1,10 +1,27 @@
-"""Cell math in JAX: LSTM/GRU gate functions, and the catalogue cells' step table.
+"""Every cell in JAX, plain lstm and gru included, and the one masked time loop.
 
-The matmuls live in the impls (one dense of [x, h] per step in `naive`, a hoisted input
-projection plus one recurrent matmul per step in `scan`); the cells below only apply
-the gate non-linearities, so every impl shares the same equations.  Gate order is
-PyTorch's: `i, f, g, o` (LSTM) and `r, z, n` (GRU).  Put this file beside
-`torch_impl/cells.py` and the math lines up.
+Mirrors `torch_impl/cells.py`.  A cell is its equations, written once in its `CellDef`
+(`shared.cells`), plus, here, a `JaxCell`:
+
+    prepare(p) -> q                    once per layer and direction: the arrays the step wants;
+                                       `p` is a `driver.LayerParams`; default: the canonical
+                                       short names (`weight_ih`, `weight_hh`, `bias_ih`,
+                                       `bias_hh`, `weight_hr`, each extra's prefix) -> arrays or None
+    project(x2d, q) -> x_proj          hoisted out of the time loop: ONE GEMM over all T*B
+                                       rows (default: x W_ih^T + b_ih)
+    step(x_proj_t, state, q) -> state  one time step: x_proj_t (B, G*H), state = (h,) or
+                                       (h, c), each (B, H); the new h is also the output
+
+`time_loop` runs a step over time with `lax.scan` and PyTorch's packed-sequence masking;
+the `scan` backend runs every cell through it.  Gate order is PyTorch's: `i, f, g, o`
+(LSTM) and `r, z, n` (GRU).  Adding a cell never means editing a driver or a backend:
+
+    from shared.cells import CellDef, register_cell
+    import jax_impl
+    register_cell(CellDef("mgu", "gru", ("f", "n"), "...", "equations"))
+    jax_impl.register_cell("mgu", step)            # (+ project=... when it hoists more)
+    output, h_n = jax_impl.rnn(params, x, cell="mgu", num_layers=2, bidirectional=True)
+    model = jax_impl.RNN("mgu", 16, 32, rngs=nnx.Rngs(0))
 """
 
 from __future__ import annotations
@@ -14,9 +31,14 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
-from shared.cells import get_cell
+from shared.cells import CellDef, get_cell
 
+LN_EPS = 1e-5  # nn.LayerNorm's default, as the catalogue says
+
+
+# ---- the gate math lstm and gru share with the hand-written kernels -------------------------------
 
 def lstm_gate_scales(H: int, dtype) -> tuple[jax.Array, jax.Array]:
     """(s, b) with tanh(s a) s + b = [sigmoid(a_i), sigmoid(a_f), tanh(a_g), sigmoid(a_o)].
@@ -24,8 +46,8 @@ def lstm_gate_scales(H: int, dtype) -> tuple[jax.Array, jax.Array]:
     sigmoid(a) = 1/2 + tanh(a/2)/2, so one tanh over all 4H gate columns gives every
     activation (s = 1/2, b = 1/2 on i, f, o; s = 1, b = 0 on g), and its derivative is
     s^2 (1 - t^2) with t = tanh(s a): the same expression for the four gates.  One
-    elementwise pass instead of four slices, three sigmoids, a tanh and a concatenation:
-    about 15-20% off the S1 forward on XLA's CPU backend (`scripts/bench_jax.py`).
+    elementwise pass instead of four slices, three sigmoids, a tanh and a concatenation
+    (measured faster on XLA's CPU backend; see the JAX page of the docs).
     """
     s = jnp.concatenate([jnp.full((2 * H,), 0.5, dtype), jnp.ones((H,), dtype), jnp.full((H,), 0.5, dtype)])
     return s, jnp.where(s == 1, 0, 0.5).astype(dtype)
@@ -33,20 +55,13 @@ def lstm_gate_scales(H: int, dtype) -> tuple[jax.Array, jax.Array]:
 
 @jax.custom_jvp
 def lstm_cell(gates: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
-    r"""One LSTM step from its gate pre-activations.
+    r"""One LSTM step from its gate pre-activations (the equations: the catalogue's `lstm`).
 
-    `gates` is `W_ih x + b_ih + W_hh h + b_hh`, shape (B, 4H), gate blocks `i, f, g, o`:
-
-        i = sigmoid(gates_i)    f = sigmoid(gates_f)
-        g = tanh(gates_g)       o = sigmoid(gates_o)
-        c' = f * c + i * g
-        h' = o * tanh(c')
-
-    Returns `(h', c')`, each (B, H).  With `proj_size` the caller projects `h'` by
-    `W_hr` afterwards (PyTorch's LSTMP: `h' = W_hr (o * tanh(c'))`).  The four
-    activations come from one tanh (`lstm_gate_scales`); the derivative rule below is
-    written out so that autodiff (forward or reverse) keeps that single pass too --
-    differentiating the sliced form instead made the S1 train step about 5% slower.
+    `gates` is `W_ih x + b_ih + W_hh h + b_hh`, shape (B, 4H), gate blocks `i, f, g, o`.
+    Returns `(h', c')`, each (B, H), before the projection (`proj_size`: the caller
+    multiplies by `W_hr`).  The four activations come from one tanh (`lstm_gate_scales`);
+    the derivative rule below is written out so that autodiff (forward or reverse) keeps
+    that single pass too (differentiating the sliced form was measured slower).
     """
     s, b = lstm_gate_scales(c.shape[-1], gates.dtype)
     i, f, g, o = jnp.split(jnp.tanh(gates * s) * s + b, 4, axis=-1)
@@ -71,57 +86,42 @@ def _lstm_cell_jvp(primals, tangents):
 
 
 def gru_cell(rz: jax.Array, n_x: jax.Array, n_h: jax.Array, h: jax.Array) -> jax.Array:
-    r"""One GRU step, PyTorch's form (reset applied *after* the recurrent matmul).
+    r"""One GRU step, PyTorch's form (the equations: the catalogue's `gru`).
 
-    `rz` is the summed pre-activation of the r and z gates, (B, 2H):
-    `W_i{r,z} x + b_i{r,z} + W_h{r,z} h + b_h{r,z}`; `n_x = W_in x + b_in` and
-    `n_h = W_hn h + b_hn` stay separate because the reset gate scales only `n_h`:
-
-        r = sigmoid(rz_r)       z = sigmoid(rz_z)
-        n = tanh(n_x + r * n_h)
-        h' = (1 - z) * n + z * h
+    `rz` is the summed pre-activation of the r and z gates, (B, 2H); `n_x = W_in x + b_in`
+    and `n_h = W_hn h + b_hn` stay separate because the reset gate scales only `n_h`.
     """
     r, z = jnp.split(jax.nn.sigmoid(rz), 2, axis=-1)
     n = jnp.tanh(n_x + r * n_h)
     return (1.0 - z) * n + z * h
 
 
-# =================================================================================
-# Catalogue cells (`shared.cells`): a step function per cell, run by the `scan` impl.
-#
-# Mirrors `torch_impl/cells.py`: a cell is its equations (the `CellDef`) plus, here,
-#
-#     project(x2d, p) -> x_proj          the part hoisted out of the time loop: ONE GEMM
-#                                        over all T*B rows (default: x W_ih^T + b_ih)
-#     step(x_proj_t, state, p) -> state  one time step: x_proj_t (B, G*H), state = (h,)
-#                                        or (h, c), each (B, H); h' (first entry) is the output
-#
-# `p` maps the canonical short names of one layer and direction (`weight_ih`,
-# `weight_hh`, `bias_ih`, `bias_hh`, and each extra parameter's prefix, e.g.
-# `layernorm_c_weight`, `peephole`) to arrays; `bias_ih`/`bias_hh` are None when the
-# spec has `bias=False`.  `lstm` and `gru` keep their tuned paths in the impls; every
-# other cell runs through `jax_impl.scan`'s generic direction loop, composed over
-# layers, directions and lengths by `jax_impl.driver`, so adding a cell never means
-# editing a driver:
-#
-#     from shared.cells import CellDef, register_cell
-#     import jax_impl
-#     register_cell(CellDef("mgu", "gru", ("f", "n"), "...", "equations"))
-#     jax_impl.register_cell("mgu", step)            # (+ project=... when it hoists more)
-#     output, h_n = jax_impl.rnn(params, x, cell="mgu", num_layers=2, bidirectional=True)
-#     model = jax_impl.RNN("mgu", 16, 32, rngs=nnx.Rngs(0))
-# =================================================================================
+def lstm_step_bias(b_ih: jax.Array | None, b_hh: jax.Array | None) -> jax.Array | None:
+    """The LSTM's step bias `b_ih + b_hh` (None without biases).
 
-LN_EPS = 1e-5  # nn.LayerNorm's default, as shared.cells documents
+    Added in the step, where it fuses with the add of the step's GEMM output, not to the
+    hoisted projection: that would be one more pass over a (T, B, G*H) array.
+    """
+    return None if b_ih is None else b_ih + b_hh
 
+
+def gru_step_biases(b_ih: jax.Array | None, b_hh: jax.Array | None) -> tuple[jax.Array | None, jax.Array | None]:
+    """The GRU's step biases: `b_x = b_ih + [b_hr, b_hz, 0]` and `b_hn`, which stays with
+    `W_hn h` because the reset gate multiplies it ((None, None) without biases)."""
+    if b_ih is None:
+        return None, None
+    H = b_ih.shape[0] // 3
+    return jnp.concatenate([b_ih[:2 * H] + b_hh[:2 * H], b_ih[2 * H:]]), b_hh[2 * H:]
+
+
+# ---- building blocks of the steps ---------------------------------------------------------------
 
 def recurrent(h: jax.Array, w_hh: jax.Array) -> jax.Array:
     """h W_hh^T, the step's recurrent product, (B, G*H).
 
     At batch 1 it is computed as (W_hh h^T)^T, a matrix-vector product with the weight as
-    the left operand: XLA's CPU backend runs that form about 20% faster there (S2 forward
-    loop, same process, interleaved: 3.6 -> 2.8 ms median); at larger batches the plain
-    form is as fast.
+    the left operand: XLA's CPU backend runs that form faster there (measured; see the JAX
+    page of the docs); at larger batches the plain form is as fast.
     """
     if h.shape[0] == 1:
         return jax.lax.dot_general(w_hh, h, (((1,), (1,)), ((), ()))).T
@@ -142,33 +142,50 @@ def layer_norm(v: jax.Array, gain: jax.Array, bias: jax.Array) -> jax.Array:
     return centred * jax.lax.rsqrt(var + LN_EPS) * gain + bias
 
 
-def default_project(x2d: jax.Array, p: dict) -> jax.Array:
-    """x W_ih^T + b_ih for every step at once (the input half of every gate)."""
-    return linear(x2d, p["weight_ih"], p["bias_ih"])
+def canonical(p) -> dict:
+    """The default `prepare`: a LayerParams as the canonical short names."""
+    return {"weight_ih": p.w_ih, "weight_hh": p.w_hh, "bias_ih": p.b_ih, "bias_hh": p.b_hh, "weight_hr": p.w_hr,
+            **(p.extras or {})}
 
+
+def default_project(x2d: jax.Array, q: dict) -> jax.Array:
+    """x W_ih^T + b_ih for every step at once (the input half of every gate)."""
+    return linear(x2d, q["weight_ih"], q["bias_ih"])
+
+
+# ---- the cell objects ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class JaxCell:
-    name: str
-    step: Callable  # step(x_proj_t, state, p) -> new state tuple
-    project: Callable = default_project  # project(x2d (T*B, I), p) -> (T*B, G*H)
+    defn: CellDef
+    step: Callable  # step(x_proj_t, state, q) -> new state tuple
+    project: Callable = default_project  # project(x2d (T*B, I), q) -> (T*B, G*H)
+    prepare: Callable = canonical  # prepare(LayerParams) -> q
+
+    @property
+    def name(self) -> str:
+        return self.defn.name
+
+    @property
+    def has_cell_state(self) -> bool:
+        return self.defn.has_cell_state
 
 
 JAX_CELLS: dict[str, JaxCell] = {}
 
 
-def register_cell(name: str, step: Callable, project: Callable | None = None) -> JaxCell:
-    """Give catalogue cell `name` its JAX step (and optionally its hoisted projection).
+def register_cell(name: str, step: Callable, project: Callable | None = None,
+                  prepare: Callable | None = None) -> JaxCell:
+    """Give catalogue cell `name` its JAX step (and optionally its hoisted projection and
+    its per-call weight preparation).
 
     Register the `CellDef` first (`shared.cells.register_cell`).  Registering the same
     functions again is harmless; different ones under a registered name raise.
     """
-    get_cell(name)  # raises naming the catalogue's cells when `name` is not in it
-    if name in ("lstm", "gru"):
-        raise ValueError(f"{name!r} is implemented by the impls themselves; register a new cell name")
-    cell = JaxCell(name, step, project or default_project)
+    cell = JaxCell(get_cell(name), step, project or default_project, prepare or canonical)
     if name in JAX_CELLS and JAX_CELLS[name] != cell:
-        raise ValueError(f"a different JAX step is already registered for cell {name!r}")
+        raise ValueError(f"a different JAX step is already registered for cell {name!r}"
+                         + (" (a built-in cell: register a new cell name)" if name in _BUILT_IN else ""))
     JAX_CELLS[name] = cell
     return cell
 
@@ -177,55 +194,93 @@ def get_jax_cell(name: str) -> JaxCell:
     try:
         return JAX_CELLS[name]
     except KeyError:
+        get_cell(name)  # a name outside the catalogue raises naming the catalogue's cells
         raise ValueError(f"cell {name!r} has no JAX step; add one with "
                          f"jax_impl.register_cell({name!r}, step)") from None
 
 
-def has_jax_cell(name: str) -> bool:
-    return name in ("lstm", "gru") or name in JAX_CELLS
+def has_cell(name: str) -> bool:
+    """Whether cell `name` has a JAX step (the `has_step` of `shared.capabilities`)."""
+    return name in JAX_CELLS
 
 
-# ---- the catalogue cells ----------------------------------------------------------------------
-
-def ln_lstm_project(x2d: jax.Array, p: dict) -> jax.Array:
-    """LN_ih(W_ih x + b_ih) for all steps: it does not depend on h, so it is hoisted whole."""
-    return layer_norm(linear(x2d, p["weight_ih"], p["bias_ih"]), p["layernorm_ih_weight"], p["layernorm_ih_bias"])
+has_jax_cell = has_cell  # the earlier name
 
 
-def ln_lstm_step(x_proj_t: jax.Array, state: tuple, p: dict) -> tuple:
-    """LayerNorm LSTM (Ba et al. 2016), gates i, f, g, o; x_proj_t = LN_ih(W_ih x + b_ih):
+# ---- lstm and gru: PyTorch's cells -----------------------------------------------------------------
+#
+# The input projection is hoisted without its bias; the step adds the bias (`lstm_step_bias`,
+# `gru_step_biases`) where it fuses with the recurrent GEMM's output.
 
-        a = x_proj_t + LN_hh(W_hh h + b_hh)              (each LN over the 4H features)
-        c' = LN_c(sigmoid(a_f) * c + sigmoid(a_i) * tanh(a_g))
-        h' = sigmoid(a_o) * tanh(c')                     (c' normalised is the carried state)
-    """
+def lstm_prepare(p) -> dict:
+    return {"weight_ih": p.w_ih, "weight_hh": p.w_hh, "bias": lstm_step_bias(p.b_ih, p.b_hh),
+            "weight_hr_t": None if p.w_hr is None else p.w_hr.T}
+
+
+def gru_prepare(p) -> dict:
+    b_x, b_hn = gru_step_biases(p.b_ih, p.b_hh)
+    return {"weight_ih": p.w_ih, "weight_hh": p.w_hh, "bias": b_x, "bias_hn": b_hn}
+
+
+def bias_free_project(x2d: jax.Array, q: dict) -> jax.Array:
+    """x W_ih^T for every step at once (the step adds the bias)."""
+    return x2d @ q["weight_ih"].T
+
+
+def lstm_step(x_proj_t: jax.Array, state: tuple, q: dict) -> tuple:
+    """The catalogue's `lstm`: gate math by `lstm_cell`, then the projection with proj_size."""
     h, c = state
-    rec = linear(h, p["weight_hh"], p["bias_hh"])
-    a = x_proj_t + layer_norm(rec, p["layernorm_hh_weight"], p["layernorm_hh_bias"])
+    if q["bias"] is not None:
+        x_proj_t = x_proj_t + q["bias"]
+    h_new, c_new = lstm_cell(x_proj_t + recurrent(h, q["weight_hh"]), c)
+    if q["weight_hr_t"] is not None:
+        h_new = h_new @ q["weight_hr_t"]
+    return h_new, c_new
+
+
+def gru_step(x_proj_t: jax.Array, state: tuple, q: dict) -> tuple:
+    """The catalogue's `gru`: one recurrent GEMM for the three gates, `b_hn` kept with `W_hn h`."""
+    (h,) = state
+    if q["bias"] is not None:
+        x_proj_t = x_proj_t + q["bias"]
+    H = h.shape[-1]
+    gh = recurrent(h, q["weight_hh"])
+    n_h = gh[:, 2 * H:] if q["bias_hn"] is None else gh[:, 2 * H:] + q["bias_hn"]
+    return (gru_cell(x_proj_t[:, :2 * H] + gh[:, :2 * H], x_proj_t[:, 2 * H:], n_h, h),)
+
+
+# ---- the other catalogue cells -----------------------------------------------------------------------
+
+def ln_lstm_project(x2d: jax.Array, q: dict) -> jax.Array:
+    """LN_ih(W_ih x + b_ih) for all steps: it does not depend on h, so it is hoisted whole."""
+    return layer_norm(linear(x2d, q["weight_ih"], q["bias_ih"]), q["layernorm_ih_weight"], q["layernorm_ih_bias"])
+
+
+def ln_lstm_step(x_proj_t: jax.Array, state: tuple, q: dict) -> tuple:
+    """The catalogue's `ln_lstm`; `x_proj_t` = LN_ih(W_ih x + b_ih) (hoisted), c' normalised is
+    the carried state."""
+    h, c = state
+    rec = linear(h, q["weight_hh"], q["bias_hh"])
+    a = x_proj_t + layer_norm(rec, q["layernorm_hh_weight"], q["layernorm_hh_bias"])
     i, f, g, o = jnp.split(a, 4, axis=-1)
     c_raw = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-    c_new = layer_norm(c_raw, p["layernorm_c_weight"], p["layernorm_c_bias"])
+    c_new = layer_norm(c_raw, q["layernorm_c_weight"], q["layernorm_c_bias"])
     return jax.nn.sigmoid(o) * jnp.tanh(c_new), c_new
 
 
-def lstm_family_project(x2d: jax.Array, p: dict) -> jax.Array:
+def lstm_family_project(x2d: jax.Array, q: dict) -> jax.Array:
     """x W_ih^T + b_ih + b_hh: both biases are additive in every gate, so both are hoisted."""
-    bias = None if p["bias_ih"] is None else p["bias_ih"] + p["bias_hh"]
-    return linear(x2d, p["weight_ih"], bias)
+    bias = None if q["bias_ih"] is None else q["bias_ih"] + q["bias_hh"]
+    return linear(x2d, q["weight_ih"], bias)
 
 
-def peephole_lstm_step(x_proj_t: jax.Array, state: tuple, p: dict) -> tuple:
-    """Peephole LSTM (Gers and Schmidhuber 2000), gates i, f, g, o; peephole = [p_i, p_f, p_o]:
-
-        [a_i, a_f, a_g, a_o] = x_proj_t + h W_hh^T       (x_proj_t = W_ih x + b_ih + b_hh)
-        i = sigmoid(a_i + p_i * c);  f = sigmoid(a_f + p_f * c);  g = tanh(a_g)
-        c' = f * c + i * g
-        o = sigmoid(a_o + p_o * c');  h' = o * tanh(c')
-    """
+def peephole_lstm_step(x_proj_t: jax.Array, state: tuple, q: dict) -> tuple:
+    """The catalogue's `peephole_lstm`; `x_proj_t` = W_ih x + b_ih + b_hh (hoisted),
+    `peephole` = [p_i, p_f, p_o]."""
     h, c = state
-    a = x_proj_t + h @ p["weight_hh"].T
+    a = x_proj_t + h @ q["weight_hh"].T
     a_i, a_f, a_g, a_o = jnp.split(a, 4, axis=-1)
-    p_i, p_f, p_o = jnp.split(p["peephole"], 3)
+    p_i, p_f, p_o = jnp.split(q["peephole"], 3)
     i = jax.nn.sigmoid(a_i + p_i * c)
     f = jax.nn.sigmoid(a_f + p_f * c)
     c_new = f * c + i * jnp.tanh(a_g)
@@ -233,21 +288,69 @@ def peephole_lstm_step(x_proj_t: jax.Array, state: tuple, p: dict) -> tuple:
     return o * jnp.tanh(c_new), c_new
 
 
-def gru_reset_before_step(x_proj_t: jax.Array, state: tuple, p: dict) -> tuple:
-    """GRU, reset before the recurrent matmul (Cho et al. 2014), gates r, z, n:
-
-        [x_r, x_z, x_n] = x_proj_t                      (= W_ih x + b_ih + b_hh, all hoisted)
-        r, z = sigmoid([x_r, x_z] + h W_h{r,z}^T)
-        n = tanh(x_n + (r * h) W_hn^T);  h' = n + z * (h - n)  (= (1 - z) * n + z * h)
-    """
+def gru_reset_before_step(x_proj_t: jax.Array, state: tuple, q: dict) -> tuple:
+    """The catalogue's `gru_reset_before`; `x_proj_t` = W_ih x + b_ih + b_hh (every bias is
+    additive here, all hoisted); `h' = n + z (h - n)` is `(1 - z) n + z h`."""
     (h,) = state
     H = h.shape[-1]
-    w_hh = p["weight_hh"]
+    w_hh = q["weight_hh"]
     r, z = jnp.split(jax.nn.sigmoid(x_proj_t[:, :2 * H] + h @ w_hh[:2 * H].T), 2, axis=-1)
     n = jnp.tanh(x_proj_t[:, 2 * H:] + (r * h) @ w_hh[2 * H:].T)
     return (n + z * (h - n),)
 
 
-register_cell("ln_lstm", ln_lstm_step, ln_lstm_project)
-register_cell("peephole_lstm", peephole_lstm_step, lstm_family_project)
-register_cell("gru_reset_before", gru_reset_before_step, lstm_family_project)
+_BUILT_IN = {
+    "lstm": dict(step=lstm_step, project=bias_free_project, prepare=lstm_prepare),
+    "gru": dict(step=gru_step, project=bias_free_project, prepare=gru_prepare),
+    "ln_lstm": dict(step=ln_lstm_step, project=ln_lstm_project),
+    "peephole_lstm": dict(step=peephole_lstm_step, project=lstm_family_project),
+    "gru_reset_before": dict(step=gru_reset_before_step, project=lstm_family_project),
+}
+for _name, _parts in _BUILT_IN.items():
+    register_cell(_name, **_parts)
+
+
+# ---- the one masked time loop ----------------------------------------------------------------------
+
+def valid_steps(T: int, lengths: jax.Array) -> jax.Array:
+    """Boolean (T, B, 1): True where step t is inside sequence b (t < len_b)."""
+    return (jnp.arange(T, dtype=lengths.dtype)[:, None] < lengths[None, :])[:, :, None]
+
+
+def advance(valid: jax.Array | None, new: tuple, old: tuple) -> tuple[tuple, jax.Array]:
+    """(state, output) after a step: with a mask (B, 1), a finished sequence (valid False)
+    holds its state and outputs zero; the one place the masking is written."""
+    if valid is None:
+        return tuple(new), new[0]
+    new = tuple(jnp.where(valid, n, o) for n, o in zip(new, old))
+    return new, jnp.where(valid, new[0], jnp.zeros((), new[0].dtype))
+
+
+def project_all(cell: JaxCell, x: jax.Array, q: dict) -> jax.Array:
+    """x (T, B, I) -> cell.project over all T*B rows, as (T, B, G*H)."""
+    T, B, I = x.shape
+    return cell.project(x.reshape(T * B, I), q).reshape(T, B, -1)
+
+
+def time_loop(step: Callable, x_proj: jax.Array, state: tuple, q: dict, lengths: jax.Array | None = None, *,
+              reverse: bool = False, unroll: int = 1, remat: bool = False) -> tuple[jax.Array, tuple]:
+    """`step(x_proj[t], state, q)` over t with `lax.scan` (t = T-1 .. 0 with `reverse`).
+
+    With lengths a finished sequence holds its state and outputs zero (`advance`); the
+    reverse direction, walking t = T-1 .. 0, keeps the initial state until t = len-1, so
+    it runs over each sequence's valid part reversed -- PyTorch's packed-sequence
+    semantics, no gather of the input needed.  `unroll`: steps per loop iteration;
+    `remat`: `jax.checkpoint` the step (backward recomputes it instead of storing).
+    Returns (outputs (T, B, H_out), the final state tuple).
+    """
+    T = x_proj.shape[0]
+
+    def body(carry, inputs):
+        x_t, valid = inputs if lengths is not None else (inputs, None)
+        return advance(valid, step(x_t, carry, q), carry)
+
+    xs = x_proj if lengths is None else (x_proj, valid_steps(T, lengths))
+    if remat:
+        body = jax.checkpoint(body)
+    state, outputs = lax.scan(body, tuple(state), xs, reverse=reverse, unroll=min(unroll, T))
+    return outputs, state

@@ -1,34 +1,35 @@
-"""The one front door: `lstm(...)` / `gru(...)` validate, normalise layout, stack layers.
+"""Layers x directions, and the one front door `run(...)` behind `lstm` / `gru` / `rnn` and the modules.
 
-Every impl sees the same normalised problem: time-major `x` (T, B, I) in one float
-dtype, canonical parameters cast to that dtype, full-size states `h0` (L*D, B, H_out)
-and `c0` (L*D, B, H), and `lengths` as int32 (B,) or None.  The driver owns what is
-the same for all of them: PyTorch's layouts (batch_first, unbatched 2-D input), default
-zero states, checks that name the problem, inter-layer dropout and stacking layers.
+Mirrors `torch_impl/driver.py`: the same `LayerParams`, the same `run_layer` contract.
+Every backend sees the same normalised problem: time-major `x` (T, B, I) in one float
+dtype, canonical parameters cast to that dtype, the state as a tuple `(h0,)` or
+`(h0, c0)` (each (L*D, B, .)), `lengths` as int32 (B,) or None, and the cell as its
+`jax_impl.cells.JaxCell`.  The driver owns what is the same for all of them: PyTorch's
+layouts (batch_first, unbatched 2-D input), default zero states, checks that name the
+problem, inter-layer dropout and stacking layers.
 
-An impl module (`jax_impl.naive`, `.scan`, ...) provides:
+A backend module (`jax_impl.backends.*`) provides:
 
-- `OPTIONS`: its keyword options and their defaults (unknown ones raise `TypeError`);
-- `unavailable_reason() -> str | None` and
-  `unsupported_reason(spec, *, lengths, dtype) -> str | None`;
-- `run_layer(spec, dir_params, x, h0, c0, lengths, **options)` -> `(output, h_n, c_n)`
-  for one layer (both directions): `dir_params` is one `LayerParams` per direction,
-  `h0`/`c0` are (D, B, ...), `output` is (T, B, D*H_out) with zeros past each length;
-- optionally `run_stack(spec, params, x, h0, c0, lengths, **options)` for a whole
-  stack at once (used when no dropout sits between layers), and
-  `validate(spec, params)` to refuse parameters the impl cannot hold.
+- `CAPABILITIES` (`shared.capabilities.Capabilities`) and `OPTIONS`: its keyword options
+  and their defaults (unknown ones raise `TypeError`);
+- `unavailable_reason() -> str | None`;
+- `run_direction(cell, p, x, state, lengths, *, reverse, **options)` -> `(output
+  (T, B, H_out) with zeros past each length, state_n tuple)` for one layer and direction
+  (`run_layer` below calls it), or `run_stack(cell, spec, params, x, state, lengths,
+  **options)` -> `(output, state_n)` for a whole stack (with dropout between layers the
+  driver hands it one layer at a time, as a one-layer stack);
+- optionally `validate(spec, params)` to refuse parameters it cannot hold.
 
-Impls that think in single directions (`naive`, `scan`) write `run_direction` and wrap
-it with `layer_from_directions`.  With lengths they mask each step (`valid_steps`):
-past its length a sequence keeps its state and outputs zero, and the reverse direction,
-walking t = T-1 .. 0, keeps `h0` until t = len-1 -- so it runs over each sequence's
+With lengths a direction masks each step (`cells.time_loop`): past its length a
+sequence keeps its state and outputs zero, and the reverse direction, walking
+t = T-1 .. 0, keeps its initial state until t = len-1 -- so it runs over each sequence's
 valid part reversed, PyTorch's packed-sequence semantics.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import importlib
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -40,22 +41,20 @@ from shared.cells import get_cell
 from shared.params import ParamError, check_params
 from shared.spec import RNNSpec
 
-from . import cells as jax_cells
-
-IMPLS = ("naive", "scan", "bptt", "flax_linen", "flax_nnx", "cudnn")
-STANDARD_CELLS = ("lstm", "gru")  # the cells every impl computes; the rest need GENERIC_CELLS
+from . import cells
+from .cells import JaxCell
 
 
 class UnknownImplError(ValueError):
-    """An impl name that is not one of `IMPLS`."""
+    """A backend name that is not one of `BACKENDS` (also `UnknownBackendError`)."""
 
 
 class ImplUnavailableError(RuntimeError):
-    """The impl exists but cannot run here (e.g. cuDNN without a GPU)."""
+    """The backend exists but cannot run here, e.g. cuDNN without a GPU (also `BackendUnavailableError`)."""
 
 
 class UnsupportedConfigError(ValueError):
-    """The impl cannot compute this configuration (e.g. proj_size with Flax cells)."""
+    """The backend cannot compute this configuration (e.g. proj_size with Flax cells)."""
 
 
 class LayerParams(NamedTuple):
@@ -69,40 +68,6 @@ class LayerParams(NamedTuple):
     extras: Mapping[str, jax.Array] | None = None  # a catalogue cell's extra params by prefix; None for lstm/gru
 
 
-# ---------------------------------------------------------------------------------
-# impl lookup
-
-
-def impl_module(name: str):
-    """The module of impl `name`; raises `UnknownImplError` listing the valid names."""
-    if not isinstance(name, str) or name not in IMPLS:
-        raise UnknownImplError(f"unknown impl {name!r}; valid impls: {', '.join(IMPLS)}")
-    return importlib.import_module(f"jax_impl.{name}")
-
-
-def unavailable_reason(name: str) -> str | None:
-    """None when impl `name` runs on this machine, else the reason."""
-    try:
-        module = impl_module(name)
-    except ImportError as e:  # e.g. flax missing
-        return f"jax_impl.{name} cannot be imported: {e}"
-    return module.unavailable_reason()
-
-
-def available_impls() -> tuple[str, ...]:
-    """The impls of `IMPLS` that run on this machine."""
-    return tuple(name for name in IMPLS if unavailable_reason(name) is None)
-
-
-# ---------------------------------------------------------------------------------
-# sequence helpers shared by the impls
-
-
-def valid_steps(T: int, lengths: jax.Array) -> jax.Array:
-    """Boolean (T, B, 1): True where step t is inside sequence b (t < len_b)."""
-    return (jnp.arange(T, dtype=lengths.dtype)[:, None] < lengths[None, :])[:, :, None]
-
-
 def layer_params(spec: RNNSpec, params: Mapping[str, jax.Array], layer: int, direction: int) -> LayerParams:
     s = spec.suffix(layer, direction)
     extra_params = spec.cell_def.extra_params
@@ -114,43 +79,25 @@ def layer_params(spec: RNNSpec, params: Mapping[str, jax.Array], layer: int, dir
         extras={e.prefix: params[f"{e.prefix}_{s}"] for e in extra_params} if extra_params else None)
 
 
-def runs_cell(module, cell: str) -> bool:
-    """Whether impl `module` computes `cell`: lstm/gru everywhere, catalogue cells only in
-    impls that run the JAX cell table (`GENERIC_CELLS = True`, e.g. `scan`)."""
-    return cell in STANDARD_CELLS or getattr(module, "GENERIC_CELLS", False)
+def run_layer(backend, cell: JaxCell, p: LayerParams, x: jax.Array, state: tuple, lengths: jax.Array | None, *,
+              reverse: bool, **options):
+    """One layer in one direction through `backend.run_direction`; returns (output, state_n).
 
-
-def generic_cells_reason(impl: str, cell: str) -> str | None:
-    """None when impl `impl` runs catalogue cell `cell`, else why not."""
-    if runs_cell(impl_module(impl), cell):
-        return None
-    generic = [n for n in IMPLS if runs_cell(impl_module(n), cell)]
-    why = {"flax_linen": " (Flax's built-in OptimizedLSTMCell/LSTMCell/GRUCell have no layer norm, peepholes "
-                         "or reset-before form)",
-           "flax_nnx": " (Flax NNX's built-in LSTMCell/GRUCell have no layer norm, peepholes or reset-before form)",
-           "cudnn": " (cuDNN's fused kernels compute only its fixed LSTM)"}.get(impl, "")
-    return (f"impl {impl!r} implements only lstm and gru, not {cell!r}{why}; impls that run any catalogue "
-            f"cell: {', '.join(generic) or 'none'}")
-
-
-def layer_from_directions(run_direction: Callable) -> Callable:
-    """Build `run_layer` from `run_direction(cell, p, x, h0, c0, lengths, reverse, **options)`.
-
-    `run_direction` returns `(output (T, B, H_out), h_n (B, H_out), c_n (B, H) or None)`.
+    JAX backends take `reverse` themselves (`lax.scan(reverse=True)` walks t = T-1 .. 0).
     """
+    return backend.run_direction(cell, p, x, state, lengths, reverse=reverse, **options)
 
-    def run_layer(spec, dir_params, x, h0, c0, lengths, **options):
-        outs, hs, cs = [], [], []
-        for d, p in enumerate(dir_params):
-            out, h, c = run_direction(spec.cell, p, x, h0[d], None if c0 is None else c0[d], lengths,
-                                      reverse=d == 1, **options)
-            outs.append(out)
-            hs.append(h)
-            cs.append(c)
-        output = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-1)
-        return output, jnp.stack(hs), (None if c0 is None else jnp.stack(cs))
 
-    return run_layer
+def one_layer(spec: RNNSpec, params: Mapping, layer: int, input_size: int) -> tuple[RNNSpec, dict]:
+    """Layer `layer` of a stack as a one-layer stack of its own: its spec and its params (named `_l0`)."""
+    layer_spec = dataclasses.replace(spec, input_size=input_size, num_layers=1, dropout=0.0)
+    renamed = {}
+    for d in range(spec.num_directions):
+        old, new = spec.suffix(layer, d), layer_spec.suffix(0, d)
+        for name in layer_spec.param_names():
+            if name.endswith("_" + new):
+                renamed[name] = params[name[:-len(new)] + old]
+    return layer_spec, renamed
 
 
 # ---------------------------------------------------------------------------------
@@ -211,25 +158,34 @@ def check_lengths(lengths, batch: int, T: int) -> jax.Array:
     return lengths.astype(jnp.int32)
 
 
-def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional: bool = False,
-        batch_first: bool = False, proj_size: int = 0, impl: str = "scan", dropout: float = 0.0,
-        dropout_key=None, between_layers: Callable | None = None, **options):
-    """Shared body of `lstm`, `gru` and `rnn`; returns `(output, h_n, c_n or None)`."""
-    module = impl_module(impl)
-    family = get_cell(cell).family  # unknown cell -> error naming the catalogue's cells
-    if cell not in STANDARD_CELLS:
-        jax_cells.get_jax_cell(cell)  # no JAX step -> error saying how to register one
-        reason = generic_cells_reason(impl, cell)
-        if reason is not None:
-            raise UnsupportedConfigError(reason)
+def check_options(name: str, module, options: Mapping) -> None:
+    """`TypeError` naming the options backend `name` does not have."""
     unknown = sorted(set(options) - set(module.OPTIONS))
     if unknown:
-        raise TypeError(f"impl {impl!r} got unknown options {unknown}; its options: "
+        raise TypeError(f"backend {name!r} got unknown options {unknown}; its options: "
                         f"{', '.join(module.OPTIONS) or 'none'}")
-    reason = module.unavailable_reason()
+
+
+def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional: bool = False,
+        batch_first: bool = False, proj_size: int = 0, backend: str | None = None, impl: str | None = None,
+        dropout: float = 0.0, dropout_key=None, between_layers: Callable | None = None, **options):
+    """Shared body of `lstm`, `gru`, `rnn` and the NNX modules; returns `(output, h_n, c_n or None)`.
+
+    `cell` is a catalogue cell name; `backend` (alias `impl`) a name of `BACKENDS`.
+    """
+    from . import backends  # the backends import this module: looked up at call time
+
+    name = backends.check_backend_name(backends.resolve_backend(backend, impl))
+    module = backends.MODULES[name]
+    jcell = cells.get_jax_cell(cell)  # unknown cell or no JAX step -> an error saying what to do
+    reason = backends.unsupported_cell_reason(name, cell)
     if reason is not None:
-        raise ImplUnavailableError(f"impl {impl!r} is unavailable here: {reason}; available impls: "
-                                   f"{', '.join(available_impls())}")
+        raise UnsupportedConfigError(reason)
+    check_options(name, module, options)
+    reason = backends.unavailable_reason(name)
+    if reason is not None:
+        raise ImplUnavailableError(f"backend {name!r} is unavailable here: {reason}; available backends: "
+                                   f"{', '.join(backends.available_backends())}")
     spec = spec_from_params(cell, params, num_layers=num_layers, bidirectional=bidirectional,
                             batch_first=batch_first, proj_size=proj_size)
 
@@ -254,7 +210,7 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
     shapes = spec.state_shapes(B)
     h0 = c0 = None
     if hx is not None:
-        if family == "lstm":
+        if jcell.has_cell_state:
             if not isinstance(hx, (tuple, list)) or len(hx) != 2:
                 raise TypeError(f"hx of an LSTM ({cell}) must be a pair (h0, c0), got {type(hx).__name__}")
             h0, c0 = hx
@@ -271,14 +227,16 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
             c0 = None if c0 is None else c0[:, None, :]
     if h0 is None:
         h0 = jnp.zeros(shapes["h"], dtype)
-    if family == "lstm" and c0 is None:
+    if jcell.has_cell_state and c0 is None:
         c0 = jnp.zeros(shapes["c"], dtype)
+    state = (h0, c0) if jcell.has_cell_state else (h0,)
 
     if lengths is not None:
         lengths = check_lengths(lengths, B, T)
-    reason = module.unsupported_reason(spec, lengths=lengths is not None, dtype=jnp.dtype(dtype).name)
+    reason = backends.unsupported_reason(name, spec, lengths=lengths is not None, dtype=jnp.dtype(dtype).name,
+                                         other_floats=True)
     if reason is not None:
-        raise UnsupportedConfigError(f"impl {impl!r} cannot run this configuration: {reason}")
+        raise UnsupportedConfigError(f"backend {name!r} cannot run this configuration: {reason}")
 
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout <= 1.0:
         raise ValueError(f"dropout must be a number in [0, 1], got {dropout!r}")
@@ -293,12 +251,13 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
             key = tuple(sorted(options.items()))
             hash(key)
         except TypeError:  # an unhashable option value: run uncompiled
-            output, h_n, c_n = _compute(impl, spec, None, options, cast, x, h0, c0, lengths)
+            output, state_n = _compute(name, spec, None, options, cast, x, state, lengths)
         else:
-            output, h_n, c_n = _compiled(impl, spec, key)(cast, x, h0, c0, lengths)
+            output, state_n = _compiled(name, spec, key)(cast, x, state, lengths)
     else:
-        output, h_n, c_n = _compute(impl, spec, between_layers, options, cast, x, h0, c0, lengths)
+        output, state_n = _compute(name, spec, between_layers, options, cast, x, state, lengths)
 
+    h_n, c_n = state_n[0], (state_n[1] if jcell.has_cell_state else None)
     if not batched:
         output, h_n = output[:, 0], h_n[:, 0]
         c_n = None if c_n is None else c_n[:, 0]
@@ -308,37 +267,56 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(impl: str, spec: RNNSpec, options: tuple):
+def _compiled(backend: str, spec: RNNSpec, options: tuple):
     """The whole computation as one jitted function per configuration.
 
     Called eagerly, `lstm`/`gru` then run one compiled executable instead of dispatching
     (and compiling) every small op; inside a user's `jit` the inner jit is inlined.
     """
-    return jax.jit(functools.partial(_compute, impl, spec, None, dict(options)))
+    return jax.jit(functools.partial(_compute, backend, spec, None, dict(options)))
 
 
-def _compute(impl, spec, between_layers, options, params, x, h0, c0, lengths):
-    module = impl_module(impl)
-    if between_layers is None and hasattr(module, "run_stack"):
-        return module.run_stack(spec, params, x, h0, c0, lengths, **options)
-    return _run_layers(module, spec, params, x, h0, c0, lengths, between_layers, options)
+def _compute(backend: str, spec: RNNSpec, between_layers, options, params, x, state, lengths):
+    from . import backends
+
+    module = backends.MODULES[backend]
+    cell = cells.get_jax_cell(spec.cell)
+    if hasattr(module, "run_stack"):
+        if between_layers is None:
+            return module.run_stack(cell, spec, params, x, state, lengths, **options)
+        return _one_layer_stacks(module, cell, spec, params, x, state, lengths, between_layers, options)
+    return _run_layers(module, cell, spec, params, x, state, lengths, between_layers, options)
 
 
-def _run_layers(module, spec, params, x, h0, c0, lengths, between_layers, options):
+def _run_layers(module, cell, spec, params, x, state, lengths, between_layers, options):
     D = spec.num_directions
-    hs, cs = [], []
+    finals = []
     for layer in range(spec.num_layers):
         if layer > 0 and between_layers is not None:
             x = between_layers(x)
+        outputs = []
+        for d in range(D):
+            k = layer * D + d
+            out, final = run_layer(module, cell, layer_params(spec, params, layer, d), x, tuple(s[k] for s in state),
+                                   lengths, reverse=d == 1, **options)
+            outputs.append(out)
+            finals.append(final)
+        x = outputs[0] if D == 1 else jnp.concatenate(outputs, axis=-1)
+    return x, tuple(jnp.stack(parts) for parts in zip(*finals))
+
+
+def _one_layer_stacks(module, cell, spec, params, x, state, lengths, between_layers, options):
+    """A `run_stack` backend with dropout between layers: one one-layer stack per layer."""
+    D = spec.num_directions
+    finals = []
+    for layer in range(spec.num_layers):
+        if layer > 0:
+            x = between_layers(x)
+        layer_spec, layer_p = one_layer(spec, params, layer, x.shape[-1])
         rows = slice(layer * D, (layer + 1) * D)
-        dir_params = [layer_params(spec, params, layer, d) for d in range(D)]
-        x, h, c = module.run_layer(spec, dir_params, x, h0[rows], None if c0 is None else c0[rows], lengths,
-                                   **options)
-        hs.append(h)
-        cs.append(c)
-    h_n = jnp.concatenate(hs)
-    c_n = None if c0 is None else jnp.concatenate(cs)
-    return x, h_n, c_n
+        x, final = module.run_stack(cell, layer_spec, layer_p, x, tuple(s[rows] for s in state), lengths, **options)
+        finals.append(final)
+    return x, tuple(jnp.concatenate(parts) for parts in zip(*finals))
 
 
 def _dropout_between_layers(rate: float, key) -> Callable:

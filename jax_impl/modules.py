@@ -1,12 +1,13 @@
 """Flax NNX modules `LSTM` / `GRU` with `torch.nn.LSTM` / `torch.nn.GRU`'s constructor.
 
     model = jax_impl.LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                          dropout=0.0, bidirectional=False, proj_size=0, rngs=nnx.Rngs(0), impl="scan")
+                          dropout=0.0, bidirectional=False, proj_size=0, rngs=nnx.Rngs(0), backend="scan")
     output, (h_n, c_n) = model(x, (h0, c0), lengths=None)
 
 The parameters are `nnx.Param` attributes named as PyTorch's `state_dict`
 (`model.weight_ih_l0`, `model.bias_hh_l1_reverse`, ...), initialised like PyTorch
-(U(-1/sqrt(H), 1/sqrt(H))).  `load_state_dict` takes a PyTorch `state_dict` (tensors or
+(U(-1/sqrt(H), 1/sqrt(H))).  `backend=` picks the rung (`impl=`, its older name, is
+still accepted).  `load_state_dict` takes a PyTorch `state_dict` (tensors or
 arrays) and `from_torch(module)` builds a model from an `nn.LSTM`/`nn.GRU`.  Train it like
 any NNX module, e.g. `nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)`.  `dropout`
 acts between layers while the module is in training mode (`model.train()`, the default,
@@ -27,11 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from shared.cells import get_cell
 from shared.params import check_params
 from shared.spec import RNNSpec
 
-from . import cells as jax_cells
-from . import driver
+from . import backends, cells, driver
 
 
 def _to_numpy(value) -> np.ndarray:
@@ -46,26 +47,23 @@ class _RNN(nnx.Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 *, rngs: nnx.Rngs, impl: str = "scan", param_dtype=jnp.float32, **impl_options):
-        if self.cell not in driver.STANDARD_CELLS:
-            jax_cells.get_jax_cell(self.cell)  # no JAX step -> error saying how to register one
-            reason = driver.generic_cells_reason(impl, self.cell)
-            if reason is not None:
-                raise driver.UnsupportedConfigError(reason)
+                 *, rngs: nnx.Rngs, backend: str | None = None, impl: str | None = None, param_dtype=jnp.float32,
+                 **backend_options):
+        backend = backends.check_backend_name(backends.resolve_backend(backend, impl))  # unknown -> the valid ones
+        cells.get_jax_cell(self.cell)  # no JAX step -> error saying how to register one
+        reason = backends.unsupported_cell_reason(backend, self.cell)
+        if reason is not None:
+            raise driver.UnsupportedConfigError(reason)
         spec = RNNSpec(cell=self.cell, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
                        bias=bias, batch_first=batch_first, bidirectional=bidirectional, proj_size=proj_size,
                        dropout=float(dropout))
-        module = driver.impl_module(impl)  # unknown impl -> error listing the valid ones
-        unknown = sorted(set(impl_options) - set(module.OPTIONS))
-        if unknown:
-            raise TypeError(f"impl {impl!r} got unknown options {unknown}; its options: "
-                            f"{', '.join(module.OPTIONS) or 'none'}")
-        reason = module.unsupported_reason(spec, lengths=False, dtype=jnp.dtype(param_dtype).name)
+        driver.check_options(backend, backends.MODULES[backend], backend_options)
+        reason = backends.unsupported_reason(backend, spec, dtype=jnp.dtype(param_dtype).name, other_floats=True)
         if reason is not None:
-            raise driver.UnsupportedConfigError(f"impl {impl!r} cannot run this configuration: {reason}")
+            raise driver.UnsupportedConfigError(f"backend {backend!r} cannot run this configuration: {reason}")
         self.spec = spec
-        self.impl = impl
-        self.impl_options = dict(impl_options)
+        self.backend = backend
+        self.backend_options = dict(backend_options)
         k = 1.0 / np.sqrt(hidden_size)
         # A catalogue cell's extras start as shared.params.init_params and torch_impl start
         # them: LayerNorm gains ones and biases zeros, peepholes uniform like the weights.
@@ -79,6 +77,16 @@ class _RNN(nnx.Module):
                 value = (jnp.ones if init == "ones" else jnp.zeros)(shape, param_dtype)
             setattr(self, name, nnx.Param(value))
         self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 and num_layers > 1 else None
+
+    @property
+    def impl(self) -> str:
+        """The earlier name of `backend`."""
+        return self.backend
+
+    @property
+    def impl_options(self) -> dict:
+        """The earlier name of `backend_options`."""
+        return self.backend_options
 
     # ---- PyTorch-style attributes ------------------------------------------------
     @property
@@ -115,19 +123,19 @@ class _RNN(nnx.Module):
             param[...] = jnp.asarray(value, dtype=param[...].dtype)
 
     @classmethod
-    def from_torch(cls, module, *, rngs: nnx.Rngs | None = None, impl: str = "scan", param_dtype=jnp.float32,
-                   **impl_options):
+    def from_torch(cls, module, *, rngs: nnx.Rngs | None = None, backend: str | None = None, impl: str | None = None,
+                   param_dtype=jnp.float32, **backend_options):
         """A model with the configuration and weights of a `torch.nn.LSTM` / `torch.nn.GRU`
         (or, for the catalogue cells' classes, of the matching `torch_impl` module)."""
         kwargs = dict(input_size=module.input_size, hidden_size=module.hidden_size, num_layers=module.num_layers,
                       bias=module.bias, batch_first=module.batch_first, dropout=float(module.dropout),
                       bidirectional=module.bidirectional)
-        if cls.cell == "lstm":
+        if cls.cell and get_cell(cls.cell).proj_size:
             kwargs["proj_size"] = module.proj_size
         if cls is RNN:  # the generic class takes the cell as its first argument
             kwargs["cell"] = module.spec.cell
-        model = cls(**kwargs, rngs=rngs if rngs is not None else nnx.Rngs(0), impl=impl, param_dtype=param_dtype,
-                    **impl_options)
+        model = cls(**kwargs, rngs=rngs if rngs is not None else nnx.Rngs(0), backend=backend, impl=impl,
+                    param_dtype=param_dtype, **backend_options)
         model.load_state_dict(module.state_dict())
         return model
 
@@ -136,7 +144,7 @@ class _RNN(nnx.Module):
         between = self.dropout if self.dropout is not None and not self.dropout.deterministic else None
         return driver.run(self.cell, self.canonical_params(), x, hx, lengths=lengths, num_layers=s.num_layers,
                           bidirectional=s.bidirectional, batch_first=s.batch_first, proj_size=s.proj_size,
-                          impl=self.impl, between_layers=between, **self.impl_options)
+                          backend=self.backend, between_layers=between, **self.backend_options)
 
 
 class LSTM(_RNN):
@@ -159,9 +167,11 @@ class GRU(_RNN):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *, rngs: nnx.Rngs,
-                 impl: str = "scan", param_dtype=jnp.float32, **impl_options):
+                 backend: str | None = None, impl: str | None = None,
+                 param_dtype=jnp.float32, **backend_options):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
-                         rngs=rngs, impl=impl, param_dtype=param_dtype, **impl_options)
+                         rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype,
+                         **backend_options)
 
     def __call__(self, x, hx=None, *, lengths=None):
         output, h_n, _ = self._run(x, hx, lengths)
@@ -176,19 +186,22 @@ class RNN(_RNN):
     `RNNSpec(cell, ...).param_shapes()` (the canonical names plus the cell's extras
     `<prefix>_l{k}[_reverse]`), loadable from the matching `torch_impl` module's
     `state_dict`.  Returns `(output, (h_n, c_n))` for an LSTM-family cell, `(output, h_n)`
-    for a GRU-family one.  Runs on the `scan` impl (the one that runs the cell table).
+    for a GRU-family one.  Runs on `scan` (every cell) by default, or on any backend whose
+`CAPABILITIES` name the cell (e.g. `bptt` for the catalogue's cells).
     """
 
     def __init__(self, cell: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *,
-                 rngs: nnx.Rngs, impl: str = "scan", param_dtype=jnp.float32, **impl_options):
+                 rngs: nnx.Rngs, backend: str | None = None, impl: str | None = None,
+                 param_dtype=jnp.float32, **backend_options):
         self.cell = cell
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
-                         rngs=rngs, impl=impl, param_dtype=param_dtype, **impl_options)
+                         rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype,
+                         **backend_options)
 
     def __call__(self, x, hx=None, *, lengths=None):
         output, h_n, c_n = self._run(x, hx, lengths)
-        return (output, (h_n, c_n)) if self.spec.family == "lstm" else (output, h_n)
+        return (output, (h_n, c_n)) if self.spec.cell_def.has_cell_state else (output, h_n)
 
 
 class _NamedCell(RNN):
@@ -198,13 +211,15 @@ class _NamedCell(RNN):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *,
-                 rngs: nnx.Rngs, impl: str = "scan", param_dtype=jnp.float32, **impl_options):
+                 rngs: nnx.Rngs, backend: str | None = None, impl: str | None = None,
+                 param_dtype=jnp.float32, **backend_options):
         super().__init__(self.fixed_cell, input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                         bidirectional, rngs=rngs, impl=impl, param_dtype=param_dtype, **impl_options)
+                         bidirectional, rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype,
+                         **backend_options)
 
     @classmethod
-    def from_torch(cls, module, *, rngs: nnx.Rngs | None = None, impl: str = "scan", param_dtype=jnp.float32,
-                   **impl_options):
+    def from_torch(cls, module, *, rngs: nnx.Rngs | None = None, backend: str | None = None, impl: str | None = None,
+                   param_dtype=jnp.float32, **backend_options):
         """A model with the configuration and weights of the matching `torch_impl` module."""
         cell = getattr(getattr(module, "spec", None), "cell", None)
         if cell != cls.fixed_cell:
@@ -212,19 +227,14 @@ class _NamedCell(RNN):
                              f"got {type(module).__name__} of cell {cell!r}")
         model = cls(module.input_size, module.hidden_size, module.num_layers, module.bias, module.batch_first,
                     float(module.dropout), module.bidirectional, rngs=rngs if rngs is not None else nnx.Rngs(0),
-                    impl=impl, param_dtype=param_dtype, **impl_options)
+                    backend=backend, impl=impl, param_dtype=param_dtype, **backend_options)
         model.load_state_dict(module.state_dict())
         return model
 
 
 class LayerNormLSTM(_NamedCell):
-    """LayerNorm LSTM (Ba et al. 2016), cell `ln_lstm`; returns (output, (h_n, c_n)).
-
-    a = LN_ih(W_ih x + b_ih) + LN_hh(W_hh h + b_hh)   (each LN over the 4H pre-activations)
-    i, f, o = sigmoid(a_i, a_f, a_o), g = tanh(a_g)
-    c' = LN_c(f * c + i * g)  (the normalised c' is carried and returned as c_n)
-    h' = o * tanh(c')
-    LN(v) = (v - mean v) / sqrt(var v + 1e-5) * gain + bias; parameters
+    """LayerNorm LSTM (Ba et al. 2016), cell `ln_lstm` (equations: the catalogue, `shared.cells`);
+    returns (output, (h_n, c_n)), c_n the normalised cell state.  Parameters
     layernorm_{ih,hh}_{weight,bias}_l{k} (4H) and layernorm_c_{weight,bias}_l{k} (H).
     """
 
@@ -232,12 +242,9 @@ class LayerNormLSTM(_NamedCell):
 
 
 class PeepholeLSTM(_NamedCell):
-    """Peephole LSTM (Gers and Schmidhuber 2000), cell `peephole_lstm`; returns (output, (h_n, c_n)).
-
-    i = sigmoid(W_ii x + b_ii + W_hi h + b_hi + p_i * c),  f likewise with p_f,
-    g = tanh(W_ig x + b_ig + W_hg h + b_hg),  c' = f * c + i * g,
-    o = sigmoid(W_io x + b_io + W_ho h + b_ho + p_o * c'),  h' = o * tanh(c');
-    parameter peephole_l{k} (3H) = [p_i, p_f, p_o].
+    """Peephole LSTM (Gers and Schmidhuber 2000), cell `peephole_lstm` (equations: the
+    catalogue, `shared.cells`); returns (output, (h_n, c_n)).  Parameter peephole_l{k}
+    (3H) = [p_i, p_f, p_o].
     """
 
     fixed_cell = "peephole_lstm"
@@ -245,10 +252,8 @@ class PeepholeLSTM(_NamedCell):
 
 class ResetBeforeGRU(_NamedCell):
     """GRU with the reset gate applied before the recurrent matmul, cell `gru_reset_before`
-    (Cho et al. 2014; ONNX linear_before_reset=0; Keras reset_after=False); returns (output, h_n).
-
-    r, z = sigmoid(W_i{r,z} x + b_i{r,z} + W_h{r,z} h + b_h{r,z})
-    n = tanh(W_in x + b_in + W_hn (r * h) + b_hn),  h' = (1 - z) * n + z * h
+    (Cho et al. 2014; ONNX linear_before_reset=0; Keras reset_after=False; equations: the
+    catalogue, `shared.cells`); returns (output, h_n).
     """
 
     fixed_cell = "gru_reset_before"

@@ -90,7 +90,7 @@ def rnn_apply(spec, impl: str, rnn_params, x, lengths=None, hx=None):
     if spec.batch_first:
         x = jnp.swapaxes(x, 0, 1)
     out, state = jax_impl.rnn(rnn_params, x, hx, cell=spec.cell, lengths=lengths, num_layers=spec.num_layers,
-                              bidirectional=spec.bidirectional, batch_first=spec.batch_first, impl=impl)
+                              bidirectional=spec.bidirectional, batch_first=spec.batch_first, backend=impl)
     if spec.batch_first:
         out = jnp.swapaxes(out, 0, 1)
     return out, state
@@ -191,7 +191,7 @@ def hidden_grad_norms(config: TrainConfig, impl: str, steps, *, rnn_params=None,
 @lru_cache(maxsize=None)
 def _hidden_grad_norm_fn(spec, impl: str, t: int):
     """jit((rnn, head, x, y) -> ||dL/dh_t||), one compilation per (spec, impl, t) and shape."""
-    is_lstm = spec.family == "lstm"  # state (h, c); gru-family cells carry h
+    is_lstm = spec.cell_def.has_cell_state  # state (h, c); gru-family cells carry h
 
     def norm(rnn, head, x, y):
         T = x.shape[0]

@@ -26,11 +26,28 @@ LSTM = RNNSpec("lstm", 3, 4, num_layers=2, bidirectional=True)
 
 
 def test_impl_names():
-    assert jax_impl.IMPLS == ("naive", "scan", "bptt", "flax_linen", "flax_nnx", "cudnn")
+    assert jax_impl.BACKENDS == ("naive", "scan", "bptt", "flax_linen", "flax_nnx", "cudnn")
+    assert jax_impl.IMPLS == jax_impl.BACKENDS and jax_impl.available_impls() == jax_impl.available_backends()
     available = jax_impl.available_impls()
     assert {"naive", "scan", "bptt", "flax_linen", "flax_nnx"} <= set(available) <= set(jax_impl.IMPLS)
-    with pytest.raises(jax_impl.UnknownImplError, match="valid impls: naive, scan, bptt, flax_linen, flax_nnx, cudnn"):
+    with pytest.raises(jax_impl.UnknownImplError,
+                       match="valid backends: naive, scan, bptt, flax_linen, flax_nnx, cudnn"):
         jax_impl.lstm(init_params(LSTM), np.zeros((2, 1, 3)), num_layers=2, bidirectional=True, impl="fast")
+    assert jax_impl.UnknownBackendError is jax_impl.UnknownImplError
+
+
+def test_backend_keyword_and_its_alias_impl():
+    params, x = init_params(LSTM), np.random.default_rng(0).standard_normal((2, 1, 3))
+    kw = dict(num_layers=2, bidirectional=True)
+    want = jax_impl.lstm(params, x, **kw, backend="naive")
+    got = jax_impl.lstm(params, x, **kw, impl="naive")
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), got, want)
+    with pytest.raises(TypeError, match="backend= or its alias impl=, not both"):
+        jax_impl.lstm(params, x, **kw, backend="naive", impl="scan")
+    with pytest.raises(TypeError, match="not both"):
+        jax_impl.LSTM(3, 4, rngs=nnx.Rngs(0), backend="naive", impl="scan")
+    model = jax_impl.GRU(3, 4, rngs=nnx.Rngs(0), impl="naive")
+    assert model.backend == model.impl == "naive"
 
 
 def test_matches_torch_with_packed_sequence_semantics():
@@ -201,7 +218,7 @@ def test_nnx_module_trains_with_optax():
 
 
 def test_nnx_module_constructor_errors():
-    with pytest.raises(jax_impl.UnknownImplError, match="valid impls"):
+    with pytest.raises(jax_impl.UnknownImplError, match="valid backends"):
         jax_impl.LSTM(3, 4, rngs=nnx.Rngs(0), impl="nope")
     with pytest.raises(jax_impl.UnsupportedConfigError, match="proj_size"):
         jax_impl.LSTM(3, 4, proj_size=2, rngs=nnx.Rngs(0), impl="flax_linen")

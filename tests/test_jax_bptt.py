@@ -4,7 +4,7 @@ Forward and every gradient (x, h0, c0, each parameter) through the adapter's `ja
 which runs the hand-written backward; float64 to 1e-9, float32 to 2e-5.  Plus
 `check_grads` (the custom_vjp against finite differences), `vmap`, and `jit` of a
 gradient.  XLA compiles dominate, so the configurations are tiny and few.  The catalogue
-cells (`bptt_cells.py`) also run on every shared vector in tests/test_parity_matrix.py;
+cells (`jax_impl/backends/bptt/cells.py`) also run on every shared vector in tests/test_parity_matrix.py;
 here each gets one all-options case (extras moved off their init, so the gain and
 peephole terms count) and a finite-difference check.
 """
@@ -23,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax.test_util import check_grads  # noqa: E402
 
 import jax_impl  # noqa: E402
-from jax_impl import bptt  # noqa: E402
+from jax_impl.backends import bptt  # noqa: E402
 from jax_impl.adapter import get_adapter  # noqa: E402
 from shared import reference  # noqa: E402
 from shared.params import init_params  # noqa: E402

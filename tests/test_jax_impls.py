@@ -20,7 +20,9 @@ import jax.numpy as jnp  # noqa: E402
 from jax.test_util import check_grads  # noqa: E402
 
 import jax_impl  # noqa: E402
-from jax_impl import cudnn, driver, flax_linen, flax_nnx  # noqa: E402
+from jax_impl import driver  # noqa: E402
+from jax_impl.backends import cudnn, flax_linen, flax_nnx  # noqa: E402
+from jax_impl.cells import get_jax_cell  # noqa: E402
 from jax_impl.adapter import JaxAdapter, get_adapter  # noqa: E402
 from shared import reference  # noqa: E402
 from shared.converters import ConversionError, to_flax_linen, to_flax_nnx  # noqa: E402
@@ -161,14 +163,14 @@ def test_flax_params_equal_shared_converters(cell, cell_type, bias):
     for layer, direction in spec.layers_and_directions():
         p = driver.layer_params(spec, jparams, layer, direction)
         want = to_flax_linen(spec, params, layer, direction, cell_type)["params"]
-        got = flax_linen.linen_cell_params(cell, p)
+        got = flax_linen.linen_cell_params(get_jax_cell(cell), p)
         jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, got), want)
         if cell == "gru" and bias:
             with pytest.raises(ConversionError, match="b_hn"):
                 to_flax_nnx(spec, params, layer, direction, cell_type)
             continue
         want = to_flax_nnx(spec, params, layer, direction, cell_type)
-        got = flax_nnx.nnx_cell_params(cell, cell_type, p)
+        got = flax_nnx.nnx_cell_params(get_jax_cell(cell), cell_type, p)
         jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, got), want)
 
 

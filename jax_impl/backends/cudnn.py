@@ -10,11 +10,13 @@ Gate order is PyTorch's `i, f, g, o`.  Input is batch-major (B, T, I); states ar
 `h_n`/`c_n` are at its last valid step and the reverse direction runs over its valid
 part reversed -- PyTorch's packed-sequence semantics; outputs past a length are zeroed
 here too, so the result never depends on the padding fill.  Without lengths every
-sequence gets the full T (the kernel needs the array).
+sequence gets the full T (the kernel needs the array).  One kernel call runs the whole
+stack (`run_stack`).
 
-Not supported (clear errors): GRU, `proj_size` (the kernel fixes proj_size = hidden_size),
-float64 (the kernel is float32 only).  `allow_tf32` (default False) lets cuDNN use TF32
-tensor-core math; False asks for full float32 (`Precision.HIGHEST`), which parity needs.
+Not supported (clear errors, declared in `CAPABILITIES`): GRU, `proj_size` (the kernel
+fixes proj_size = hidden_size), float64 (the kernel is float32 only), the CPU.
+`allow_tf32` (default False) lets cuDNN use TF32 tensor-core math; False asks for full
+float32 (`Precision.HIGHEST`), which parity needs.
 """
 
 from __future__ import annotations
@@ -22,11 +24,21 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from shared.capabilities import Capabilities
 from shared.spec import RNNSpec
 
-from .driver import valid_steps
+from .. import cells
+from ._common import declared_reason, zero_past_lengths
 
 OPTIONS = {"allow_tf32": False}
+
+CAPABILITIES = Capabilities(
+    cells=("lstm",), dtypes=("float32",), devices=("cuda",), proj_size=False,
+    why_not={"cell": "jax.experimental.rnn implements only the LSTM (no GRU)",
+             "dtype": "jax.experimental.rnn's cuDNN kernel is float32 only",
+             "device": "jax.experimental.rnn has no CPU kernel",
+             "proj_size": "jax.experimental.rnn has no proj_size (its cuDNN descriptor fixes proj_size = "
+                          "hidden_size)"})
 
 
 def unavailable_reason() -> str | None:
@@ -46,14 +58,8 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def unsupported_reason(spec, *, lengths: bool, dtype: str) -> str | None:
-    if spec.cell != "lstm":
-        return "jax.experimental.rnn implements only the LSTM (no GRU)"
-    if spec.proj_size:
-        return "jax.experimental.rnn has no proj_size (its cuDNN descriptor fixes proj_size = hidden_size)"
-    if dtype != "float32":
-        return f"jax.experimental.rnn's cuDNN kernel is float32 only, not {dtype}"
-    return None
+def unsupported_reason(spec, *, lengths: bool = False, dtype: str = "float32", device: str | None = None):
+    return declared_reason("cudnn", CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device)
 
 
 def flat_weights(spec: RNNSpec, params) -> jax.Array:
@@ -82,24 +88,11 @@ def _lstm(spec: RNNSpec, w, x, h0, c0, lengths, allow_tf32: bool):
     precision = None if allow_tf32 else lax.Precision.HIGHEST
     y, h_n, c_n = rnn.lstm(jnp.swapaxes(x, 0, 1), h0, c0, w, seq_lengths, spec.input_size, spec.hidden_size,
                            spec.num_layers, 0.0, spec.bidirectional, precision)
-    y = jnp.swapaxes(y, 0, 1)
-    if lengths is not None:
-        y = jnp.where(valid_steps(T, lengths), y, jnp.zeros((), y.dtype))
-    return y, h_n, c_n
+    return zero_past_lengths(jnp.swapaxes(y, 0, 1), lengths), h_n, c_n
 
 
-def run_stack(spec, params, x, h0, c0, lengths, *, allow_tf32: bool = False):
-    """The whole stack in one cuDNN call."""
-    return _lstm(spec, flat_weights(spec, params), x, h0, c0, lengths, allow_tf32)
-
-
-def run_layer(spec, dir_params, x, h0, c0, lengths, *, allow_tf32: bool = False):
-    """One layer (used when dropout sits between layers)."""
-    layer_spec = RNNSpec("lstm", x.shape[-1], spec.hidden_size, bias=spec.bias, bidirectional=spec.bidirectional)
-    params = {}
-    for d, p in enumerate(dir_params):
-        s = layer_spec.suffix(0, d)
-        params[f"weight_ih_{s}"], params[f"weight_hh_{s}"] = p.w_ih, p.w_hh
-        if spec.bias:
-            params[f"bias_ih_{s}"], params[f"bias_hh_{s}"] = p.b_ih, p.b_hh
-    return _lstm(layer_spec, flat_weights(layer_spec, params), x, h0, c0, lengths, allow_tf32)
+def run_stack(cell: cells.JaxCell, spec: RNNSpec, params, x, state: tuple, lengths, *, allow_tf32: bool = False):
+    """The whole stack in one cuDNN call; see `jax_impl.driver`."""
+    h0, c0 = state
+    y, h_n, c_n = _lstm(spec, flat_weights(spec, params), x, h0, c0, lengths, allow_tf32)
+    return y, (h_n, c_n)

@@ -2,10 +2,11 @@
 
 Per layer and direction an NNX cell is built abstractly (`nnx.eval_shape`, no random
 init), its `nnx.Param`s are replaced by arrays built from the canonical parameters, and
-`nnx.RNN(cell, time_major=True)` runs it (a `reverse=True, keep_order=True` RNN for the
-reverse direction).  The param trees follow `shared.converters.to_flax_nnx` exactly
-(tests pin the two together); they are built here with `jax.numpy` so this impl stays
-differentiable in the canonical params and `jit`-able (the shared converter is NumPy).
+`nnx.RNN(cell, time_major=True)` runs it with Flax's own loop (a `reverse=True,
+keep_order=True` RNN for the reverse direction).  The param trees follow
+`shared.converters.to_flax_nnx` exactly (tests pin the two together); they are built
+here with `jax.numpy` so this backend stays differentiable in the canonical params and
+`jit`-able (the shared converter is NumPy).
 
 Boundary adaptations, as for `flax_linen`: the LSTM carry is `(c, h)`; the cells have
 one bias per gate (`b_ih + b_hh` folded); with `seq_lengths`, `nnx.RNN` returns the
@@ -18,8 +19,9 @@ whose `b_hn` is non-zero raises `shared.converters.ConversionError` -- eagerly w
 params are concrete; inside `jit`/`grad` the check runs on the device values and the
 error surfaces from the computation.  A zero `b_hn` runs exactly -- forward.  Its
 gradient does not exist in the NNX cell, so `jax.grad` returns zeros for that slice of
-`bias_hh_*`: do not train `b_hn` through this impl.  For that reason the adapter (what
-the parity matrix and the study use) reports a GRU with `bias=True` as unsupported.
+`bias_hh_*`: do not train `b_hn` through this backend.  For that reason the adapter (what
+the parity matrix and the study use) reports a GRU with `bias=True` as unsupported
+(`gradient_reason`).
 
 Options: `cell_type` ("OptimizedLSTMCell" (default) or "LSTMCell" for an LSTM; a GRU
 is always "GRUCell"), `unroll`.
@@ -31,11 +33,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .driver import LayerParams, layer_from_directions, valid_steps
+from shared.capabilities import Capabilities
+from shared.cells import get_cell
+
+from .. import cells
+from ..driver import LayerParams
+from ._common import (LSTM_CELL_TYPES, biases_or_zeros, check_cell_type, check_unroll, declared_reason, from_carry,
+                      to_carry, zero_past_lengths)
 
 OPTIONS = {"cell_type": "OptimizedLSTMCell", "unroll": 1}
-LSTM_CELL_TYPES = ("OptimizedLSTMCell", "LSTMCell")
 _LSTM_INPUT_NAMES = {"i": "ii", "f": "if_", "g": "ig", "o": "io"}  # NNX LSTMCell attributes (`if` is a keyword)
+B_HN = ("flax nnx GRUCell has no b_hn (the n gate's recurrent bias, scaled by the reset gate): a canonical GRU "
+        "with biases runs only when b_hn = 0, and even then has no b_hn gradient")
+__all__ = ["OPTIONS", "LSTM_CELL_TYPES", "CAPABILITIES", "NNX_CELLS", "unavailable_reason", "unsupported_reason",
+           "gradient_reason", "nnx_cell_params", "validate", "make_cell", "run_direction"]
 
 
 def unavailable_reason() -> str | None:
@@ -46,24 +57,9 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def unsupported_reason(spec, *, lengths: bool, dtype: str) -> str | None:
-    if spec.proj_size:
-        return "flax nnx LSTM cells have no output projection (proj_size); use impl='scan' or 'naive'"
-    return None
-
-
-def _biases(p: LayerParams):
-    zeros = jnp.zeros((p.w_ih.shape[0],), p.w_ih.dtype)
-    return (zeros if p.b_ih is None else p.b_ih), (zeros if p.b_hh is None else p.b_hh)
-
-
-def nnx_cell_params(cell: str, cell_type: str, p: LayerParams) -> dict:
-    """The NNX cell's param pure dict from one layer/direction (as `to_flax_nnx`, in jnp)."""
-    b_ih, b_hh = _biases(p)
-    if cell == "gru":
-        H = p.w_hh.shape[0] // 3
-        b_i = jnp.concatenate([b_ih[:2 * H] + b_hh[:2 * H], b_ih[2 * H:]])
-        return {"dense_i": {"kernel": p.w_ih.T, "bias": b_i}, "dense_h": {"kernel": p.w_hh.T}}
+def lstm_params(cell_type: str, p: LayerParams) -> dict:
+    """An NNX LSTM cell's param pure dict (biases folded into the recurrent dense)."""
+    b_ih, b_hh = biases_or_zeros(p)
     folded = b_ih + b_hh
     if cell_type == "OptimizedLSTMCell":
         return {"dense_i": {"kernel": p.w_ih.T}, "dense_h": {"kernel": p.w_hh.T, "bias": folded}}
@@ -72,6 +68,46 @@ def nnx_cell_params(cell: str, cell_type: str, p: LayerParams) -> dict:
         tree[_LSTM_INPUT_NAMES[g]] = {"kernel": w_i.T}
         tree[f"h{g}"] = {"kernel": w_h.T, "bias": b}
     return tree
+
+
+def gru_params(cell_type: str, p: LayerParams) -> dict:
+    """NNX GRUCell's param pure dict (b_ih + [b_hr, b_hz, 0] on the input dense; no b_hn)."""
+    b_ih, b_hh = biases_or_zeros(p)
+    H = p.w_hh.shape[0] // 3
+    b_i = jnp.concatenate([b_ih[:2 * H] + b_hh[:2 * H], b_ih[2 * H:]])
+    return {"dense_i": {"kernel": p.w_ih.T, "bias": b_i}, "dense_h": {"kernel": p.w_hh.T}}
+
+
+# cell -> (param pure dict of one layer/direction, the NNX cell class: cls(nnx, cell_type))
+NNX_CELLS = {
+    "lstm": (lstm_params, lambda nnx, cell_type: getattr(nnx, cell_type)),
+    "gru": (gru_params, lambda nnx, cell_type: nnx.GRUCell),
+}
+
+CAPABILITIES = Capabilities(
+    cells=tuple(NNX_CELLS), proj_size=False,
+    why_not={"cell": "Flax NNX's built-in LSTMCell/GRUCell have no layer norm, peepholes or reset-before form",
+             "proj_size": "flax nnx LSTM cells have no output projection (proj_size); use backend='scan' or 'naive'",
+             "gradient": B_HN})
+
+
+def unsupported_reason(spec, *, lengths: bool = False, dtype: str = "float32", device: str | None = None):
+    return declared_reason("flax_nnx", CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device)
+
+
+def _without_b_hn(spec) -> bool:
+    """Whether the spec's Flax cell lacks a parameter the canonical one has: a GRU's b_hn."""
+    return not get_cell(spec.cell).has_cell_state and spec.bias
+
+
+def gradient_reason(spec) -> str | None:
+    """A GRU with biases: runs (when b_hn = 0) but has no b_hn gradient."""
+    return CAPABILITIES.why_not["gradient"] if _without_b_hn(spec) else None
+
+
+def nnx_cell_params(cell: cells.JaxCell, cell_type: str, p: LayerParams) -> dict:
+    """The NNX cell's param pure dict from one layer/direction (as `to_flax_nnx`, in jnp)."""
+    return NNX_CELLS[cell.name][0](cell_type, p)
 
 
 def _raise_if_b_hn(b_hn: np.ndarray, suffix: str) -> None:
@@ -92,7 +128,7 @@ def _raise_if_b_hn(b_hn: np.ndarray, suffix: str) -> None:
 
 def validate(spec, params) -> None:
     """Refuse a GRU with non-zero b_hn: eagerly if concrete, else at run time on device."""
-    if spec.cell != "gru" or not spec.bias:
+    if not _without_b_hn(spec):
         return
     H = spec.hidden_size
     for layer, direction in spec.layers_and_directions():
@@ -104,39 +140,29 @@ def validate(spec, params) -> None:
             _raise_if_b_hn(np.asarray(b_hn), suffix)
 
 
-def make_cell(cell: str, cell_type: str, p: LayerParams):
+def make_cell(cell: cells.JaxCell, cell_type: str, p: LayerParams):
     """An NNX cell holding `p` (built abstractly, then its params replaced)."""
     from flax import nnx
 
     H = p.w_hh.shape[1]
     in_features = p.w_ih.shape[1]
-    cls = nnx.GRUCell if cell == "gru" else getattr(nnx, cell_type)
+    cls = NNX_CELLS[cell.name][1](nnx, cell_type)
     abstract = nnx.eval_shape(lambda: cls(in_features, H, param_dtype=p.w_ih.dtype, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     nnx.replace_by_pure_dict(state, nnx_cell_params(cell, cell_type, p))
     return nnx.merge(graphdef, state)
 
 
-def run_direction(cell, p: LayerParams, x, h0, c0, lengths, reverse: bool, *,
+def run_direction(cell: cells.JaxCell, p: LayerParams, x, state: tuple, lengths, *, reverse: bool,
                   cell_type: str = "OptimizedLSTMCell", unroll: int = 1):
-    """One direction over time-major x; see `driver.layer_from_directions`."""
+    """One direction over time-major x; see `jax_impl.driver`."""
     from flax import nnx
 
-    if cell == "lstm" and cell_type not in LSTM_CELL_TYPES:
-        raise ValueError(f"cell_type must be one of {LSTM_CELL_TYPES} for an LSTM, got {cell_type!r}")
-    if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
-        raise ValueError(f"unroll must be an integer >= 1, got {unroll!r}")
+    check_cell_type(cell, cell_type)
+    check_unroll(unroll)
     T = x.shape[0]
     rnn = nnx.RNN(make_cell(cell, cell_type, p), time_major=True, return_carry=True, reverse=reverse,
                   keep_order=True, unroll=min(unroll, T), rngs=False)
-    carry0 = (c0, h0) if cell == "lstm" else h0  # NNX's LSTM carry is (c, h)
-    carry, output = rnn(x, initial_carry=carry0, seq_lengths=lengths)
-    if lengths is not None:  # NNX leaves the outputs past a length unspecified; PyTorch's are zero
-        output = jnp.where(valid_steps(T, lengths), output, jnp.zeros((), output.dtype))
-    if cell == "lstm":
-        c_n, h_n = carry
-        return output, h_n, c_n
-    return output, carry, None
-
-
-run_layer = layer_from_directions(run_direction)
+    carry, output = rnn(x, initial_carry=to_carry(cell, state), seq_lengths=lengths)
+    # NNX leaves the outputs past a length unspecified; PyTorch's are zero
+    return zero_past_lengths(output, lengths), from_carry(cell, carry)

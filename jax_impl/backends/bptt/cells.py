@@ -1,43 +1,22 @@
-"""`bptt` for the catalogue cells: `ln_lstm`, `peephole_lstm`, `gru_reset_before`.
+"""The hand-written backward of the catalogue cells `ln_lstm`, `peephole_lstm`, `gru_reset_before`.
 
-Same scheme as `bptt.py` (read its docstring first): a `lax.scan` forward that saves what
-the backward needs, and a `jax.custom_vjp` whose backward scan does only the inherently
-sequential work -- the state derivatives and the recurrent product `dG_t W` -- and emits
-the per-step gate gradients; the weight and input gradients are then one GEMM each over
-all T*B rows.  Each forward computes `jax_impl/cells.py`'s step (what `scan` runs); each
-backward is `shared/reference.py`'s step backward, reorganised so that only the
-sequential part stays in the loop.
+Same scheme as `lstm_gru.py` (read its docstring first): a `lax.scan` forward that saves
+what the backward needs, and a `jax.custom_vjp` whose backward scan does only the
+inherently sequential work -- the state derivatives and the recurrent product `dG_t W` --
+and emits the per-step gate gradients; the weight and input gradients are then one GEMM
+each over all T*B rows.  Each forward computes the catalogue's equations (what
+`jax_impl.cells`' step computes and `scan` runs); each backward is `shared/reference.py`'s
+step backward, reorganised so that only the sequential part stays in the loop.
 
 Notation: `v` is the step's validity mask (t < len; all ones without lengths), `dh'` and
 `dc'` the gradients reaching the step's new state (`dh' = v (dh + dout_t)`,
 `dc' = v dc`); on a padded step every emitted gradient is zero and the carry passes
 through (`dh <- (1 - v) dh + ...`), which is `scan`'s masking differentiated.
 
-What the CPU measurements (XLA 0.10.2, S1 forward+backward, 1 thread) decided:
-
-- the biases are added inside the step, fused with the recurrent GEMM's output, not to the
-  hoisted projection: `x W^T + b` over all T*B rows writes the 52 MB projection twice
-  (GEMM, then the add), `x W^T` alone once;
-- each weight gradient is computed as `(X^T dG)^T` behind `lax.optimization_barrier`
-  (`_weight_grad`): XLA otherwise folds the transpose into the GEMM and runs
-  `dG^T X` with the large (T*B, G*H) operand transposed, about 1.8x slower;
-- column sums over all T*B rows go through a GEMV with a ones vector (`_sum_rows`):
-  XLA's own reduction of a (T, B, N) array over (T, B) is ~10x slower with
-  `jax_impl.xla_options`' YNNPACK fusion setting (`RNNBENCH_XLA=fused`, the default when
-  these cells were tuned);
-- sums a step can produce while its operands are in cache (the LayerNorm gain gradients,
-  the peephole gradients) are accumulated in the backward scan's carry, row by row
-  ((B, N) additions, no reduction in the loop), and reduced over the batch once at the
-  end: after the loop each would be a product of two 52 MB arrays and a sum;
-- every (T, B, 4H) array saved is a fresh 52 MB buffer per call (page faults on the
-  CPU), so `ln_lstm` saves its pre-norm input projection and normalised recurrent half
-  and recomputes its gate activations in the backward instead of saving them;
-- a loop fusion that reads step t of a scanned (T, B, G*H) array and splits it into gates
-  in the same pass runs about 5x slower than one reading G separate (T, B, H) arrays
-  (the dynamic slice's index arithmetic is not vectorised).  So the peephole and GRU
-  forwards save their gates per gate, and `ln_lstm`, whose step needs the full-width rows
-  (LayerNorm statistics, the weight GEMMs after the loop), computes the next step's
-  gate input in the current step and carries it: the split then reads a plain buffer.
+The array layout (biases added in the step, weight gradients through `common.weight_grad`,
+column sums through `common.sum_rows`, per-row sums carried in the backward scan, per-gate
+residuals, `ln_lstm`'s gates recomputed rather than saved) was chosen by CPU measurements
+(see the JAX page of the docs).
 
 ln_lstm (LN(v) = (v - mean v) / sqrt(var v + 1e-5) * gain + beta, over the last axis)
 -------
@@ -77,10 +56,9 @@ constant over the 4H features and `P W`'s columns sum to zero, so it drops out o
 
 peephole_lstm (peephole = [p_i, p_f, p_o])
 -------------
-Forward (x_proj = x W_ih^T hoisted, b = b_ih + b_hh):
-
-    a = x_proj_t + h W_hh^T + b;  i = sigmoid(a_i + p_i c);  f = sigmoid(a_f + p_f c);  g = tanh(a_g)
-    c' = f c + i g;  o = sigmoid(a_o + p_o c');  h' = o tanh(c')
+Forward: the catalogue's equations, `x_proj = x W_ih^T` hoisted and `b = b_ih + b_hh`
+added in the step; `a = x_proj_t + h W_hh^T + b` are the four gates' pre-activations
+before the peephole terms.
 
 Backward, per step:
 
@@ -93,10 +71,8 @@ After the loop: `dW_ih = da^T X`, `dW_hh = da^T H_prev`, `db_ih = db_hh = sum da
 
 gru_reset_before (W_hh = [W_hr; W_hz; W_hn])
 ----------------
-Forward (x_proj = x W_ih^T hoisted, b = b_ih + b_hh; every bias is additive):
-
-    r, z = sigmoid(x_proj_{r,z} + b_{r,z} + h W_h{r,z}^T);  n = tanh(x_proj_n + b_n + (r h) W_hn^T)
-    h' = n + z (h - n)
+Forward: the catalogue's equations, `x_proj = x W_ih^T` hoisted and `b = b_ih + b_hh`
+added in the step (every bias is additive here); `h' = n + z (h - n)`.
 
 Backward, per step (two dependent GEMMs, as the forward):
 
@@ -115,9 +91,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .bptt import (_add, _mask_carry, _masked_outputs, _previous, _project, _scan_outputs, _sum_rows,
-                   _valid_only, _weight_grad)
-from .cells import LN_EPS
+from ...cells import LN_EPS
+from .common import add, mask_carry, masked_outputs, previous, project, scan_outputs, sum_rows, valid_only, weight_grad
 
 # ---------------------------------------------------------------------------------
 # helpers
@@ -158,7 +133,7 @@ def _at(seq, t):
 
 def _ln_lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, g_ih, be_ih, g_hh, be_hh, g_c, be_c, valid):
     T = x.shape[0]
-    gi = _project(x, _centred(w_ih))
+    gi = project(x, _centred(w_ih))
     b_ci = None if b_ih is None else _centred(b_ih)
     w_c_t = _centred(w_hh).T
     b_ch = None if b_hh is None else _centred(b_hh)
@@ -166,14 +141,14 @@ def _ln_lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, g_ih, be_ih, g_
     step_dir = -1 if reverse else 1
 
     def input_half(t):  # (LN_ih(.) + beta, rstd_i) of step t, full width
-        vi = _add(_at(gi, t), b_ci)
+        vi = add(_at(gi, t), b_ci)
         rstd_i = lax.rsqrt(jnp.mean(vi * vi, axis=-1, keepdims=True) + LN_EPS)
         return vi * rstd_i * g_ih + beta, rstd_i
 
     def step(carry, inputs):
         h, c, xin = carry
         t, v = inputs
-        vh = _add(h @ w_c_t, b_ch)
+        vh = add(h @ w_c_t, b_ch)
         rstd_h = lax.rsqrt(jnp.mean(vh * vh, axis=-1, keepdims=True) + LN_EPS)
         gh_hat = vh * rstd_h
         i, f, g, o = _gates(xin + gh_hat * g_hh)
@@ -225,27 +200,27 @@ def _ln_lstm_bwd(reverse, res, cot):
     d_out, d_hn, d_cn = cot
     T = x.shape[0]
     w_c = _centred(w_hh)
-    c_prev = _previous(c_seq, c0, reverse)
+    c_prev = previous(c_seq, c0, reverse)
     step_dir = 1 if reverse else -1  # the backward walks the forward's steps in reverse
 
     def pre_activation(t):  # recomputed, carried one step ahead as in the forward
-        return _add(_at(gi, t), b_ci) * _at(rstd_i, t) * g_ih + _at(gh_hat, t) * g_hh + beta
+        return add(_at(gi, t), b_ci) * _at(rstd_i, t) * g_ih + _at(gh_hat, t) * g_hh + beta
 
     def step(carry, inputs):
         dh, dc, acc, a = carry
         dout_t, t, gi_t, rstd_i_t, gh_hat_t, rstd_h_t, c_old, c_new, c_hat_t, rstd_c_t, v = inputs
         i, f, g, o = _gates(a)
-        dh_new = _valid_only(v, dh + dout_t)
+        dh_new = valid_only(v, dh + dout_t)
         tanh_c = jnp.tanh(c_new)
-        dc_n = _valid_only(v, dc) + dh_new * o * (1 - tanh_c * tanh_c)
+        dc_n = valid_only(v, dc) + dh_new * o * (1 - tanh_c * tanh_c)
         dc_raw = _ln_backward(dc_n * g_c, c_hat_t, rstd_c_t)
         da = jnp.concatenate([dc_raw * g * i * (1 - i), dc_raw * c_old * f * (1 - f), dc_raw * i * (1 - g * g),
                               dh_new * tanh_c * o * (1 - o)], axis=-1)
         dw = da * g_hh
         m_h = jnp.mean(dw * gh_hat_t, axis=-1, keepdims=True)
-        dh_prev = _mask_carry(v, (rstd_h_t * (dw - gh_hat_t * m_h)) @ w_c, dh)
-        dc_prev = _mask_carry(v, dc_raw * f, dc)
-        gi_hat = _add(gi_t, b_ci) * rstd_i_t
+        dh_prev = mask_carry(v, (rstd_h_t * (dw - gh_hat_t * m_h)) @ w_c, dh)
+        dc_prev = mask_carry(v, dc_raw * f, dc)
+        gi_hat = add(gi_t, b_ci) * rstd_i_t
         m_i = jnp.mean(da * g_ih * gi_hat, axis=-1, keepdims=True)
         # gain/beta gradients: per-row partial sums while the operands are in cache
         acc = (acc[0] + da * gi_hat, acc[1] + da, acc[2] + da * gh_hat_t, acc[3] + dc_n * c_hat_t, acc[4] + dc_n)
@@ -258,14 +233,14 @@ def _ln_lstm_bwd(reverse, res, cot):
         step, (d_hn, d_cn, (z4, z4, z4, z1, z1), pre_activation(0 if reverse else T - 1)),
         (d_out, jnp.arange(T), gi, rstd_i, gh_hat, rstd_h, c_prev, c_seq, c_hat, rstd_c, valid), reverse=not reverse)
     d_g_ih, d_beta, d_g_hh, d_g_c, d_be_c = (jnp.sum(a, axis=0) for a in acc)
-    dgi = rstd_i * (da * g_ih - _add(gi, b_ci) * rstd_i * m_i)
+    dgi = rstd_i * (da * g_ih - add(gi, b_ci) * rstd_i * m_i)
     u = rstd_h * (da * g_hh - gh_hat * m_h)
-    d_w_ih = _centred(_weight_grad(dgi, x))
+    d_w_ih = _centred(weight_grad(dgi, x))
     dx = dgi @ _centred(w_ih)
-    d_w_hh = _centred(_weight_grad(u, _previous(h_seq, h0, reverse)))
+    d_w_hh = _centred(weight_grad(u, previous(h_seq, h0, reverse)))
     has_bias = b_ci is not None
-    d_b_ih = _centred(_sum_rows(dgi)) if has_bias else None
-    d_b_hh = _centred(_sum_rows(u)) if has_bias else None
+    d_b_ih = _centred(sum_rows(dgi)) if has_bias else None
+    d_b_hh = _centred(sum_rows(u)) if has_bias else None
     return (dx, dh0, dc0, d_w_ih, d_w_hh, d_b_ih, d_b_hh, d_g_ih, d_beta, d_g_hh, d_beta, d_g_c, d_be_c, None)
 
 
@@ -277,7 +252,7 @@ ln_lstm_direction.defvjp(_ln_lstm_fwd, _ln_lstm_bwd)
 
 
 def _peephole_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, peephole, valid):
-    x_proj = _project(x, w_ih)
+    x_proj = project(x, w_ih)
     b = None if b_ih is None else b_ih + b_hh
     w_hh_t = w_hh.T
     p_i, p_f, p_o = jnp.split(peephole, 3)
@@ -285,7 +260,7 @@ def _peephole_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, peephole, vali
     def step(carry, inputs):
         h, c = carry
         xp_t, v = inputs
-        a = _add(xp_t + h @ w_hh_t, b)
+        a = add(xp_t + h @ w_hh_t, b)
         a_i, a_f, a_g, a_o = jnp.split(a, 4, axis=-1)
         i = jax.nn.sigmoid(a_i + p_i * c)
         f = jax.nn.sigmoid(a_f + p_f * c)
@@ -295,10 +270,10 @@ def _peephole_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, peephole, vali
         h_new = o * jnp.tanh(c_new)
         # saved per gate: a fusion that reads a scanned (T, B, 4H) array and splits it into gates
         # in the same pass is several times slower on XLA's CPU backend (the backward's would)
-        return _masked_outputs(v, (h_new, c_new), (h, c), (i, f, g, o))
+        return masked_outputs(v, (h_new, c_new), (h, c), (i, f, g, o))
 
     (h_n, c_n), ys = lax.scan(step, (h0, c0), (x_proj, valid), reverse=reverse)
-    output, acts, (h_seq, c_seq) = _scan_outputs(ys, valid)
+    output, acts, (h_seq, c_seq) = scan_outputs(ys, valid)
     return (output, h_n, c_n), (acts, h_seq, c_seq)
 
 
@@ -317,20 +292,20 @@ def _peephole_bwd(reverse, res, cot):
     x, h0, c0, w_ih, w_hh, has_bias, peephole, valid, acts, h_seq, c_seq = res
     d_out, d_hn, d_cn = cot
     p_i, p_f, p_o = jnp.split(peephole, 3)
-    c_prev = _previous(c_seq, c0, reverse)
+    c_prev = previous(c_seq, c0, reverse)
 
     def step(carry, inputs):
         dh, dc, acc = carry
         dout_t, (i, f, g, o), c_old, c_new, v = inputs
-        dh_new = _valid_only(v, dh + dout_t)
+        dh_new = valid_only(v, dh + dout_t)
         tanh_c = jnp.tanh(c_new)
         dz_o = dh_new * tanh_c * o * (1 - o)
-        dcc = _valid_only(v, dc) + dh_new * o * (1 - tanh_c * tanh_c) + dz_o * p_o
+        dcc = valid_only(v, dc) + dh_new * o * (1 - tanh_c * tanh_c) + dz_o * p_o
         dz_i = dcc * g * i * (1 - i)
         dz_f = dcc * c_old * f * (1 - f)
         da = jnp.concatenate([dz_i, dz_f, dcc * i * (1 - g * g), dz_o], axis=-1)
-        dh_prev = _mask_carry(v, da @ w_hh, dh)
-        dc_prev = _mask_carry(v, dcc * f + dz_i * p_i + dz_f * p_f, dc)
+        dh_prev = mask_carry(v, da @ w_hh, dh)
+        dc_prev = mask_carry(v, dcc * f + dz_i * p_i + dz_f * p_f, dc)
         # peephole gradients: per-row partial sums while the operands are in cache
         acc = (acc[0] + dz_i * c_old, acc[1] + dz_f * c_old, acc[2] + dz_o * c_new)
         return (dh_prev, dc_prev, acc), da
@@ -338,10 +313,10 @@ def _peephole_bwd(reverse, res, cot):
     zeros = jnp.zeros_like(c0)
     (dh0, dc0, acc), da = lax.scan(step, (d_hn, d_cn, (zeros, zeros, zeros)), (d_out, acts, c_prev, c_seq, valid),
                                    reverse=not reverse)
-    d_w_ih = _weight_grad(da, x)
-    d_w_hh = _weight_grad(da, _previous(h_seq, h0, reverse))
+    d_w_ih = weight_grad(da, x)
+    d_w_hh = weight_grad(da, previous(h_seq, h0, reverse))
     dx = da @ w_ih
-    db = _sum_rows(da) if has_bias else None
+    db = sum_rows(da) if has_bias else None
     d_peephole = jnp.concatenate([jnp.sum(a, axis=0) for a in acc])
     return dx, dh0, dc0, d_w_ih, d_w_hh, db, db, d_peephole, None
 
@@ -354,7 +329,7 @@ peephole_lstm_direction.defvjp(_peephole_fwd, _peephole_bwd)
 
 
 def _gru_rb_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
-    x_proj = _project(x, w_ih)
+    x_proj = project(x, w_ih)
     b = None if b_ih is None else b_ih + b_hh
     H = h0.shape[-1]
     w_rz_t, w_n_t = w_hh[:2 * H].T, w_hh[2 * H:].T
@@ -363,13 +338,13 @@ def _gru_rb_forward(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, valid):
     def step(carry, inputs):
         (h,) = carry
         xp_t, v = inputs
-        r, z = jnp.split(jax.nn.sigmoid(_add(xp_t[:, :2 * H] + h @ w_rz_t, b_rz)), 2, axis=-1)
-        n = jnp.tanh(_add(xp_t[:, 2 * H:] + (r * h) @ w_n_t, b_n))
+        r, z = jnp.split(jax.nn.sigmoid(add(xp_t[:, :2 * H] + h @ w_rz_t, b_rz)), 2, axis=-1)
+        n = jnp.tanh(add(xp_t[:, 2 * H:] + (r * h) @ w_n_t, b_n))
         h_new = n + z * (h - n)
-        return _masked_outputs(v, (h_new,), (h,), (r, z, n))  # per gate, see _peephole_forward
+        return masked_outputs(v, (h_new,), (h,), (r, z, n))  # per gate, see _peephole_forward
 
     (h_n,), ys = lax.scan(step, (h0,), (x_proj, valid), reverse=reverse)
-    output, acts, (h_seq,) = _scan_outputs(ys, valid)
+    output, acts, (h_seq,) = scan_outputs(ys, valid)
     return (output, h_n), (acts, h_seq)
 
 
@@ -389,25 +364,25 @@ def _gru_rb_bwd(reverse, res, cot):
     d_out, d_hn = cot
     H = h0.shape[-1]
     w_rz, w_n = w_hh[:2 * H], w_hh[2 * H:]
-    h_prev = _previous(h_seq, h0, reverse)
+    h_prev = previous(h_seq, h0, reverse)
 
     def step(dh, inputs):
         dout_t, (r, z, n), h_old, v = inputs
-        dh_new = _valid_only(v, dh + dout_t)
+        dh_new = valid_only(v, dh + dout_t)
         da_n = dh_new * (1 - z) * (1 - n * n)
         da_z = dh_new * (h_old - n) * z * (1 - z)
         d_rh = da_n @ w_n
         da_r = d_rh * h_old * r * (1 - r)
         dg = jnp.concatenate([da_r, da_z, da_n], axis=-1)
         dh_prev = dh_new * z + d_rh * r + dg[:, :2 * H] @ w_rz
-        return _mask_carry(v, dh_prev, dh), dg
+        return mask_carry(v, dh_prev, dh), dg
 
     dh0, dg = lax.scan(step, d_hn, (d_out, acts, h_prev, valid), reverse=not reverse)
-    d_w_ih = _weight_grad(dg, x)
+    d_w_ih = weight_grad(dg, x)
     dx = dg @ w_ih
-    d_w_hh = jnp.concatenate([_weight_grad(dg[..., :2 * H], h_prev),
-                              _weight_grad(dg[..., 2 * H:], acts[0] * h_prev)])
-    db = _sum_rows(dg) if has_bias else None
+    d_w_hh = jnp.concatenate([weight_grad(dg[..., :2 * H], h_prev),
+                              weight_grad(dg[..., 2 * H:], acts[0] * h_prev)])
+    db = sum_rows(dg) if has_bias else None
     return dx, dh0, d_w_ih, d_w_hh, db, db, None
 
 
@@ -415,28 +390,24 @@ gru_reset_before_direction.defvjp(_gru_rb_fwd, _gru_rb_bwd)
 
 
 # ---------------------------------------------------------------------------------
-# the table `bptt.run_direction` dispatches to
+# the directions `bptt.DIRECTIONS` dispatches to: run(p: LayerParams, x, state, valid (T, B, 1) or None,
+# reverse) -> (output, state_n)
 
 
-def _run_ln_lstm(p, x, h0, c0, valid, reverse):
+def ln_lstm(p, x, state, valid, reverse):
     e = p.extras
-    return ln_lstm_direction(reverse, x, h0, c0, p.w_ih, p.w_hh, p.b_ih, p.b_hh,
-                             e["layernorm_ih_weight"], e["layernorm_ih_bias"], e["layernorm_hh_weight"],
-                             e["layernorm_hh_bias"], e["layernorm_c_weight"], e["layernorm_c_bias"], valid)
+    output, h_n, c_n = ln_lstm_direction(reverse, x, *state, p.w_ih, p.w_hh, p.b_ih, p.b_hh,
+                                         e["layernorm_ih_weight"], e["layernorm_ih_bias"], e["layernorm_hh_weight"],
+                                         e["layernorm_hh_bias"], e["layernorm_c_weight"], e["layernorm_c_bias"], valid)
+    return output, (h_n, c_n)
 
 
-def _run_peephole_lstm(p, x, h0, c0, valid, reverse):
-    return peephole_lstm_direction(reverse, x, h0, c0, p.w_ih, p.w_hh, p.b_ih, p.b_hh, p.extras["peephole"], valid)
+def peephole_lstm(p, x, state, valid, reverse):
+    output, h_n, c_n = peephole_lstm_direction(reverse, x, *state, p.w_ih, p.w_hh, p.b_ih, p.b_hh,
+                                               p.extras["peephole"], valid)
+    return output, (h_n, c_n)
 
 
-def _run_gru_reset_before(p, x, h0, c0, valid, reverse):
-    output, h_n = gru_reset_before_direction(reverse, x, h0, p.w_ih, p.w_hh, p.b_ih, p.b_hh, valid)
-    return output, h_n, None
-
-
-DIRECTIONS = {
-    # cell -> run(p: LayerParams, x, h0, c0, valid (T, B, 1) or None, reverse) -> (output, h_n, c_n or None)
-    "ln_lstm": _run_ln_lstm,
-    "peephole_lstm": _run_peephole_lstm,
-    "gru_reset_before": _run_gru_reset_before,
-}
+def gru_reset_before(p, x, state, valid, reverse):
+    output, h_n = gru_reset_before_direction(reverse, x, *state, p.w_ih, p.w_hh, p.b_ih, p.b_hh, valid)
+    return output, (h_n,)

@@ -1,0 +1,63 @@
+"""`scan`: `lax.scan` over time with the input projection hoisted out of the loop.
+
+Per layer and direction, for every cell with a JAX step (`jax_impl.cells`, a user's own
+included):
+
+    q = cell.prepare(p)                     the layer's arrays as the step wants them
+    x_proj = cell.project(x, q)             one (T*B, I) x (I, G*H) GEMM for all steps
+    cells.time_loop(cell.step, x_proj, ...) lax.scan of the step, masked with lengths
+
+For lstm and gru the step adds the bias and does one (B, H) x (H, G*H) GEMM per step
+with the gate math fused by XLA (see `jax_impl.cells`: the LSTM's `b_ih + b_hh`, the
+GRU's `b_hn` kept with `W_hn h`, `proj_size`'s `W_hr`).
+
+Options:
+- `unroll` (int, default `DEFAULT_UNROLL` = 1): steps per loop iteration of `lax.scan`.
+  1 because longer unrolls did not pay on XLA's CPU backend while compile time grows
+  about linearly with unroll (measured; see the JAX page of the docs).
+- `remat` (bool, default False): wrap the step in `jax.checkpoint`, so backward
+  recomputes the gate activations instead of storing them (less memory, more compute).
+
+Variable lengths: both directions run all T steps with a mask; a sequence's state is
+frozen (and its output zero) at steps `t >= len`.  The reverse direction is a reversed
+scan, so its state stays `h0` until `t = len - 1`: it runs over each sequence's valid
+part, reversed, as PyTorch does -- no gather of the input needed.
+"""
+
+from __future__ import annotations
+
+from shared.capabilities import ANY_CELL, Capabilities
+
+from .. import cells
+from ..driver import LayerParams
+from ._common import check_unroll, declared_reason
+
+DEFAULT_UNROLL = 1
+OPTIONS = {"unroll": DEFAULT_UNROLL, "remat": False}
+CAPABILITIES = Capabilities(cells=ANY_CELL, proj_size=True)
+GENERIC_CELLS = CAPABILITIES.cells == ANY_CELL  # the earlier flag: runs every cell of jax_impl.cells' table
+
+
+def unavailable_reason() -> str | None:
+    return None
+
+
+def unsupported_reason(spec, *, lengths: bool = False, dtype: str = "float32", device: str | None = None):
+    return declared_reason("scan", CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device)
+
+
+def _check_options(unroll, remat):
+    check_unroll(unroll)
+    if not isinstance(remat, bool):
+        raise ValueError(f"remat must be a bool, got {remat!r}")
+
+
+def run_direction(cell: cells.JaxCell, p: LayerParams, x, state: tuple, lengths, *, reverse: bool,
+                  unroll: int = DEFAULT_UNROLL, remat: bool = False):
+    """One direction over time-major x (T, B, I); see `jax_impl.driver`."""
+    _check_options(unroll, remat)
+    if p.w_hr is not None and not cell.defn.proj_size:
+        raise ValueError(f"cell {cell.name!r} does not support proj_size")
+    q = cell.prepare(p)
+    x_proj = cells.project_all(cell, x, q)
+    return cells.time_loop(cell.step, x_proj, state, q, lengths, reverse=reverse, unroll=unroll, remat=remat)
