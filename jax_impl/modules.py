@@ -6,7 +6,8 @@
 
 The parameters are `nnx.Param` attributes named as PyTorch's `state_dict`
 (`model.weight_ih_l0`, `model.bias_hh_l1_reverse`, ...), initialised like PyTorch
-(U(-1/sqrt(H), 1/sqrt(H))).  `backend=` picks the rung (`impl=`, its older name, is
+(U(-1/sqrt(H), 1/sqrt(H)); a catalogue cell's extras by their own rule, both from
+`shared.params.param_inits`).  `backend=` picks the rung (`impl=`, its older name, is
 still accepted).  `load_state_dict` takes a PyTorch `state_dict` (tensors or
 arrays) and `from_torch(module)` builds a model from an `nn.LSTM`/`nn.GRU`.  Train it like
 any NNX module, e.g. `nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)`.  `dropout`
@@ -29,7 +30,7 @@ import numpy as np
 from flax import nnx
 
 from shared.cells import get_cell
-from shared.params import check_params
+from shared.params import check_params, param_inits
 from shared.spec import RNNSpec
 
 from . import backends, cells, driver
@@ -65,12 +66,9 @@ class _RNN(nnx.Module):
         self.backend = backend
         self.backend_options = dict(backend_options)
         k = 1.0 / np.sqrt(hidden_size)
-        # A catalogue cell's extras start as shared.params.init_params and torch_impl start
-        # them: LayerNorm gains ones and biases zeros, peepholes uniform like the weights.
-        inits = {f"{e.prefix}_{spec.suffix(layer, d)}": e.init
-                 for e in spec.cell_def.extra_params for layer, d in spec.layers_and_directions()}
-        for name, shape in spec.param_shapes().items():
-            init = inits.get(name, "uniform")
+        shapes = spec.param_shapes()
+        for name, init in param_inits(spec).items():
+            shape = shapes[name]
             if init == "uniform":
                 value = jax.random.uniform(rngs.params(), shape, param_dtype, -k, k)
             else:
