@@ -1,15 +1,20 @@
-"""The JAX side of `shared.adapter.Adapter`: one adapter per backend of `jax_impl.BACKENDS`.
+"""The JAX side of `shared.adapter`: the rung adapters and the framework's functions.
 
 `get_adapter("scan")` (what the registry row `jax.scan` loads) returns an object that
 runs one backend on canonical NumPy inputs (`run_case`, gradients by `jax.vjp` against
 the given cotangents), builds jit-compiled timed workloads (`make_workload`) and exposes
 the backend's declaration (`capabilities`).  float64 needs `jax_enable_x64`; the adapter
 turns it on when asked for float64 (a process-wide switch: explicit float32 arrays stay
-float32).
+float32).  The module-level functions below are `shared.adapter.FrameworkAdapter`:
+what the study, the parity matrix and training parity ask of JAX as a whole.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import time
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -199,6 +204,119 @@ class JaxWorkload:
         jax.block_until_ready(self._step(self.params, self.x, self.g))
 
 
+# ---- shared.adapter.FrameworkAdapter -------------------------------------------------------------
+
 def get_adapter(key: str, **options) -> JaxAdapter:
     """The adapter of backend `key` (one of `jax_impl.BACKENDS`); `options` go to the backend (e.g. unroll)."""
     return JaxAdapter(key, **options)
+
+
+def available_backends(device: str = "cpu") -> tuple[str, ...]:
+    """The backends that run on `device` ("cpu" or "cuda") here, in `BACKENDS` order."""
+    return backends.available_backends(_check_device_name(device))
+
+
+_XLA_THREADS = re.compile(r"intra_op_parallelism_threads=(\d+)")
+recorded_threads: int | None = None  # what the harness last asked for (`set_threads`)
+
+
+def set_threads(threads: int) -> None:
+    """Record the intra-op thread count the harness measures with, and check the environment agrees.
+
+    XLA:CPU sizes its thread pools from the environment when JAX's CPU backend starts
+    (`XLA_FLAGS=--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads=N` and the
+    CPU affinity, which `shared.study.threads.pin_threads` sets before JAX is imported);
+    there is no call that resizes them afterwards.  So this can only check and record: it
+    warns when `XLA_FLAGS` names another count, and keeps `threads` in `recorded_threads`.
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+    match = _XLA_THREADS.search(os.environ.get("XLA_FLAGS", ""))
+    if match is not None and int(match.group(1)) != threads:
+        warnings.warn(f"XLA_FLAGS sets intra_op_parallelism_threads={match.group(1)}, not {threads}: XLA's "
+                      f"pools are sized from the environment before JAX starts (shared.study.threads.pin_threads)",
+                      RuntimeWarning, stacklevel=2)
+    global recorded_threads
+    recorded_threads = threads
+
+
+def reset_peak_memory(device: str) -> None:
+    """A no-op: JAX has no call that resets a device's peak-memory statistic (its
+    `peak_bytes_in_use` counts from the start of the process; the study measures one
+    workload per process)."""
+    _check_device_name(device)
+
+
+def peak_memory_bytes(device: str) -> int | None:
+    """Peak device memory of the GPU (`memory_stats()["peak_bytes_in_use"]`), or None (CPU:
+    the study uses the process's RSS; or a GPU whose runtime gives no statistics)."""
+    if _check_device_name(device) != "cuda":
+        return None
+    stats = _device(device).memory_stats() or {}
+    peak = stats.get("peak_bytes_in_use")
+    return int(peak) if peak is not None else None
+
+
+def _best_call_seconds(fn, min_time: float) -> float:
+    """Best (over 3 windows) mean time of one call, each window at least `min_time` long.
+
+    Calls run in chunks that double until a window lasts `min_time`; the device is waited
+    for (`block_until_ready`) at the end of each chunk, not after every call.
+    """
+    import jax
+
+    out = None
+    for _ in range(3):
+        out = fn()
+    jax.block_until_ready(out)
+    best = float("inf")
+    for _ in range(3):
+        n, chunk, t0 = 0, 1, time.perf_counter()
+        while True:
+            for _ in range(chunk):
+                out = fn()
+            n += chunk
+            jax.block_until_ready(out)
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_time:
+                break
+            chunk = min(2 * chunk, 1024)
+        best = min(best, elapsed / n)
+    return best
+
+
+def gemm_gflops(m: int, k: int, n: int, *, device: str, dtype: str = "float32",
+                min_time: float = 0.1) -> dict[str, float | None]:
+    """GFLOP/s of an (m, k) x (k, n) GEMM as XLA runs it: a jitted `x @ w.T` (the weight in
+    the (out, in) layout the cells use) compiled with rnnbench's XLA options
+    (`jax_impl.xla_options`), by library name: {"xla": GFLOP/s}."""
+    _enable_x64_if(dtype)
+    import jax
+    import jax.numpy as jnp
+
+    dev = _device(device)
+    rng = np.random.default_rng(0)
+    x = jax.device_put(jnp.asarray(rng.standard_normal((m, k)), dtype=dtype), dev)
+    w = jax.device_put(jnp.asarray(rng.standard_normal((n, k)), dtype=dtype), dev)
+    matmul = _jit(lambda a, b: a @ b.T, dev)
+    seconds = _best_call_seconds(lambda: matmul(x, w), min_time)
+    return {"xla": 2.0 * m * k * n / seconds / 1e9}
+
+
+def trainer():
+    """`jax_impl.train`: `train(config, backend, dtype, ...)`, `hidden_grad_norms(config, backend, steps, ...)`."""
+    from . import train
+    return train
+
+
+def versions() -> dict[str, str]:
+    """Versions of jax, jaxlib, flax and optax (those installed)."""
+    from importlib import metadata
+
+    out = {}
+    for name in ("jax", "jaxlib", "flax", "optax"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
