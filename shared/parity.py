@@ -5,7 +5,7 @@ shared vector (`shared.vectors`) through its adapter and compares outputs, final
 and every gradient with the float64 reference values stored in the vector, using the
 one tolerance policy (`shared.tolerances`).  A cell is
 
-- "pass"  max error <= ATOL[dtype] for every compared array,
+- "pass"  every compared array's max error is within its derived bound (`shared.tolerances`),
 - "fail"  some array exceeds it (the cell names the worst one),
 - "error" the adapter raised (the cell keeps the exception text),
 - "n/s"   the configuration is not supported by that implementation (with the reason).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import platform
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import registry
-from .tolerances import ATOL, DTYPES, max_errors
+from .tolerances import DTYPES, LAMBDA, bounds, case_sizes, max_errors
 
 __all__ = ["CellResult", "ParityReport", "FEATURE_GROUPS", "feature_group", "expected_results",
            "case_inputs", "unsupported_reason", "run_cell", "run_matrix", "covering_cases", "SLOW_IMPLS",
@@ -73,6 +74,8 @@ def short_name(case_name: str) -> str:
     return out
 
 
+TOLERANCE_RULE = (f"{LAMBDA:g} * u(dtype) * sqrt(n * d) * max(1, |reference|) (shared/tolerances.py: n the "
+                  "longest per-step sum, d the steps that feed the value)")
 ABBREVIATION_LEGEND = ", ".join(f"{short}={long}" for long, short in _ABBREVIATIONS[:7])
 
 
@@ -103,7 +106,7 @@ class CellResult:
     case: str
     dtype: str
     status: str  # "pass" | "fail" | "error" | "n/s"
-    atol: float
+    ratio: float | None = None  # the largest error / bound over the arrays (pass: <= 1)
     max_error: float | None = None
     worst: str | None = None  # the key with the largest error
     errors: dict[str, float] = field(default_factory=dict)
@@ -117,26 +120,31 @@ class CellResult:
 
 def run_cell(impl_name: str, case, dtype: str, device: str = "cpu") -> CellResult:
     """Run one implementation on one vector in one dtype and compare with the reference."""
-    if dtype not in ATOL:
+    if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    atol = ATOL[dtype]
     reason = unsupported_reason(impl_name, case, dtype)
     if reason is not None:
-        return CellResult(impl_name, case.name, dtype, "n/s", atol, reason=reason)
+        return CellResult(impl_name, case.name, dtype, "n/s", reason=reason)
     adapter = registry.get(impl_name).adapter()
     start = time.perf_counter()
     try:
         got = adapter.run_case(case.spec, case.params, **case_inputs(case), cotangents=case.cotangents,
                                dtype=dtype, device=device)
-        errors = max_errors(expected_results(case), got)
+        expected = expected_results(case)
+        errors = max_errors(expected, got)
     except Exception as e:  # a crash is a red cell that says what happened, not a lost matrix
-        return CellResult(impl_name, case.name, dtype, "error", atol, reason=f"{type(e).__name__}: {e}",
+        return CellResult(impl_name, case.name, dtype, "error", reason=f"{type(e).__name__}: {e}",
                           seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
     worst = max(errors, key=lambda k: errors[k]) if errors else None
     max_error = errors[worst] if worst else 0.0
-    status = "pass" if all(e <= atol for e in errors.values()) else "fail"
-    return CellResult(impl_name, case.name, dtype, status, atol, max_error, worst, errors, seconds=seconds)
+    limits = bounds(expected, dtype, case.spec, *case_sizes(case.spec, case.x))
+    ratios = {k: e / limits[k] for k, e in errors.items()}
+    ratio = max(ratios.values(), default=0.0)
+    status = "pass" if all(r <= 1.0 for r in ratios.values()) else "fail"  # (NaN fails)
+    if status == "fail":
+        worst = max(ratios, key=lambda k: ratios[k] if ratios[k] == ratios[k] else math.inf)
+    return CellResult(impl_name, case.name, dtype, status, ratio, max_error, worst, errors, seconds=seconds)
 
 
 def _cost(case) -> int:
@@ -233,7 +241,7 @@ def run_matrix(impls: Sequence[str] | None = None, cases: Sequence | None = None
     for n in names:
         registry.get(n)  # raises on an unknown name, listing the valid ones
     for d in dtypes:
-        if d not in ATOL:
+        if d not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {d!r}")
     cases = list(cases) if cases is not None else list(load_cases())
     unavailable = {}
@@ -276,7 +284,7 @@ def _environment() -> dict:
 
 def to_json(report: ParityReport, training: dict | None = None) -> dict:
     out = {
-        "tolerances": {d: ATOL[d] for d in report.dtypes},
+        "tolerance_rule": TOLERANCE_RULE,
         "dtypes": report.dtypes,
         "implementations": report.implementations,
         "unavailable": report.unavailable,
@@ -321,10 +329,9 @@ def _cell_text_md(cell: CellResult | None, notes: dict[str, int]) -> str:
 def to_markdown(report: ParityReport, training: dict | None = None) -> str:
     notes = _footnotes(report)
     counts = report.counts()
-    tol = ", ".join(f"{d} {ATOL[d]:g}" for d in report.dtypes)
     lines = ["# Parity matrix", "",
              f"Max absolute error over outputs, final states and every gradient, against the float64 "
-             f"reference stored in the shared vectors; tolerance (absolute): {tol}.  "
+             f"reference stored in the shared vectors; each array within its bound {TOLERANCE_RULE}.  "
              f"{counts['pass']} pass, {counts['fail']} fail, {counts['error']} error, {counts['n/s']} not "
              f"supported; {report.seconds:.0f} s.  Columns abbreviate: {ABBREVIATION_LEGEND}.", ""]
     for impl, subset in report.subsets.items():
@@ -361,10 +368,9 @@ def render(report: ParityReport, console=None, training: dict | None = None) -> 
     console = console or Console()
     notes = _footnotes(report)
     styles = {"pass": "green", "fail": "bold red", "error": "bold red", "n/s": "grey50"}
-    tol = ", ".join(f"{d} {ATOL[d]:g}" for d in report.dtypes)
     console.print(f"[bold]Parity matrix[/bold]: max |error| over outputs, final states and every gradient against "
                   f"the float64 reference.  One line per dtype in each cell ({', '.join(report.dtypes)}); "
-                  f"tolerance {tol}: [green]within[/green], [bold red]over[/bold red] (the worst array named), "
+                  f"bound {TOLERANCE_RULE}: [green]within[/green], [bold red]over[/bold red] (the worst array named), "
                   f"[grey50]n/s\\[k][/grey50] not supported (reason \\[k] below).  Columns: {ABBREVIATION_LEGEND}.")
     tables = [(f"{group} · {cell}", [m for m in members if m["cell"] == cell])
               for group, members in report.groups() for cell in dict.fromkeys(m["cell"] for m in members)]

@@ -1,4 +1,4 @@
-"""Fake adapters for tests/test_study.py: behaviours the study runner must survive.
+"""Fake adapters for tests/shared/test_study.py: behaviours the study runner must survive.
 
 `get_adapter(key)` returns an adapter whose workload sleeps (so times are predictable)
 and whose `run_case` is the float64 reference itself (exact parity), except:

@@ -7,7 +7,7 @@ the file and the tolerances.  The loader verifies every file's sha256 before use
     from shared.vectors import load_cases, load_case
     for case in load_cases(cell="lstm", tags=["lengths"]):
         got = adapter.run_case(case.spec, case.params, **case.inputs(), cotangents=case.cotangents)
-        assert_close({**case.expected, **case.grads}, got, "float64")
+        assert_close({**case.expected, **case.grads}, got, "float64", spec=case.spec, x=case.x)
 
 Keys of each `.npz` (float64; `lengths` int64): "x", "h0", "c0", "lengths" (each only
 when the case has it), "param/<name>", "out/output", "out/h_n", "out/c_n", "cot/output",

@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import reference
-from ..cells import CUSTOM_CELLS
+from ..cells import CUSTOM_CELLS, STANDARD_CELLS
 from ..params import init_params
 from ..spec import RNNSpec
-from ..tolerances import ATOL
+from ..tolerances import DTYPES, LAMBDA, UNIT_ROUNDOFF, bounds
 
 from . import MANIFEST_NAME  # noqa: E402  (one name for the loader and the writer)
 FORMAT_VERSION = 1
@@ -67,7 +67,7 @@ class CaseDef:
 def _case_table() -> list[CaseDef]:
     """Every option alone and combined, for both cells, plus the edges."""
     cases = []
-    for cell in ("lstm", "gru"):
+    for cell in STANDARD_CELLS:
         def add(suffix, tags, T=5, B=3, I=3, H=4, lengths=None, initial_state=False, **spec_kw):
             if lengths is not None:
                 B = len(lengths)
@@ -238,7 +238,19 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def manifest_entry(case: CaseDef, data: bytes) -> dict:
+TOLERANCE_RULE = {
+    "formula": "LAMBDA * unit_roundoff[dtype] * sqrt(n * d) * max(1, max|reference|), per array "
+               "(shared/tolerances.py: n the longest per-step sum, d the steps that feed the value)",
+    "LAMBDA": LAMBDA, "unit_roundoff": dict(UNIT_ROUNDOFF)}
+
+
+def case_tolerances(case: CaseDef, arrays: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """The bound of every computed array of a case, per dtype (the rule of shared.tolerances)."""
+    results = {k[4:] if k.startswith("out/") else k: v for k, v in arrays.items() if k.startswith(("out/", "grad/"))}
+    return {dtype: bounds(results, dtype, case.spec, case.seq_len, case.batch) for dtype in DTYPES}
+
+
+def manifest_entry(case: CaseDef, data: bytes, arrays: dict[str, np.ndarray]) -> dict:
     return {
         "file": f"{case.name}.npz",
         "config": case.spec.to_dict(),
@@ -249,7 +261,7 @@ def manifest_entry(case: CaseDef, data: bytes) -> dict:
         "initial_state": case.initial_state,
         "lengths": None if case.lengths is None else list(case.lengths),
         "sha256": sha256(data),
-        "tolerances": dict(ATOL),
+        "tolerances": case_tolerances(case, arrays),
     }
 
 
@@ -262,9 +274,10 @@ def generate(directory: Path, cases=CASES) -> dict:
     directory.mkdir(parents=True, exist_ok=True)
     entries = {}
     for case in cases:
-        data = npz_bytes(build_arrays(case))
+        arrays = build_arrays(case)
+        data = npz_bytes(arrays)
         (directory / f"{case.name}.npz").write_bytes(data)
-        entries[case.name] = manifest_entry(case, data)
+        entries[case.name] = manifest_entry(case, data, arrays)
     keep = {entry["file"] for entry in entries.values()}
     for stale in directory.glob("*.npz"):
         if stale.name not in keep:
@@ -274,7 +287,7 @@ def generate(directory: Path, cases=CASES) -> dict:
         "generator": "python -m shared.vectors",
         "description": "Shared LSTM/GRU test vectors: inputs, canonical params, cotangents, "
                        "and float64 reference outputs and gradients (see shared/vectors/generate.py).",
-        "tolerances": dict(ATOL),
+        "tolerance_rule": TOLERANCE_RULE,
         "cases": entries,
     }
     (directory / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")

@@ -74,7 +74,7 @@ Not adapted:
       PyTorch's LSTM/GRU, sigmoid/tanh fixed; the impl builds cells with NNX's defaults.
   TestRNN.test_rnn_with_custom_cell -- a user nnx.Module cell under nnx.RNN: jax_impl.RNN
       takes catalogue cell names, a user cell is registered with register_cell (covered by
-      tests/test_own_cell.py; registering one here would change global state).
+      tests/cross/test_own_cell.py; registering one here would change global state).
 """
 
 from __future__ import annotations
