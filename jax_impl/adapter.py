@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 import warnings
 from collections.abc import Mapping
 
@@ -258,31 +257,21 @@ def peak_memory_bytes(device: str) -> int | None:
 
 
 def _best_call_seconds(fn, min_time: float) -> float:
-    """Best (over 3 windows) mean time of one call, each window at least `min_time` long.
-
-    Calls run in chunks that double until a window lasts `min_time`; the device is waited
-    for (`block_until_ready`) at the end of each chunk, not after every call.
-    """
+    """The study's best-of-3-windows timing (`shared.study.worker.best_call_seconds`), waiting
+    for the device (`block_until_ready` on the last result) at the end of each chunk."""
     import jax
 
-    out = None
-    for _ in range(3):
-        out = fn()
-    jax.block_until_ready(out)
-    best = float("inf")
-    for _ in range(3):
-        n, chunk, t0 = 0, 1, time.perf_counter()
-        while True:
-            for _ in range(chunk):
-                out = fn()
-            n += chunk
-            jax.block_until_ready(out)
-            elapsed = time.perf_counter() - t0
-            if elapsed >= min_time:
-                break
-            chunk = min(2 * chunk, 1024)
-        best = min(best, elapsed / n)
-    return best
+    from shared.study.worker import best_call_seconds
+
+    last = [None]
+
+    def call():
+        last[0] = fn()
+
+    for _ in range(3):  # compile and warm up
+        call()
+    jax.block_until_ready(last[0])
+    return best_call_seconds(call, lambda: jax.block_until_ready(last[0]), min_time)
 
 
 def gemm_gflops(m: int, k: int, n: int, *, device: str, dtype: str = "float32",

@@ -26,14 +26,13 @@ the `scan` backend runs every cell through it.  Gate order is PyTorch's: `i, f, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from shared.cells import CellDef, get_cell
+from shared.cells import CellTable, FrameworkCell
 
 LN_EPS = 1e-5  # nn.LayerNorm's default, as the catalogue says
 
@@ -142,68 +141,17 @@ def layer_norm(v: jax.Array, gain: jax.Array, bias: jax.Array) -> jax.Array:
     return centred * jax.lax.rsqrt(var + LN_EPS) * gain + bias
 
 
-def canonical(p) -> dict:
-    """The default `prepare`: a LayerParams as the canonical short names."""
-    return {"weight_ih": p.w_ih, "weight_hh": p.w_hh, "bias_ih": p.b_ih, "bias_hh": p.b_hh, "weight_hr": p.w_hr,
-            **(p.extras or {})}
-
-
 def default_project(x2d: jax.Array, q: dict) -> jax.Array:
     """x W_ih^T + b_ih for every step at once (the input half of every gate)."""
     return linear(x2d, q["weight_ih"], q["bias_ih"])
 
 
-# ---- the cell objects ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class JaxCell:
-    defn: CellDef
-    step: Callable  # step(x_proj_t, state, q) -> new state tuple
-    project: Callable = default_project  # project(x2d (T*B, I), q) -> (T*B, G*H)
-    prepare: Callable = canonical  # prepare(LayerParams) -> q
-
-    @property
-    def name(self) -> str:
-        return self.defn.name
-
-    @property
-    def has_cell_state(self) -> bool:
-        return self.defn.has_cell_state
-
-
-JAX_CELLS: dict[str, JaxCell] = {}
-
-
-def register_cell(name: str, step: Callable, project: Callable | None = None,
-                  prepare: Callable | None = None) -> JaxCell:
-    """Give catalogue cell `name` its JAX step (and optionally its hoisted projection and
-    its per-call weight preparation).
-
-    Register the `CellDef` first (`shared.cells.register_cell`).  Registering the same
-    functions again is harmless; different ones under a registered name raise.
-    """
-    cell = JaxCell(get_cell(name), step, project or default_project, prepare or canonical)
-    if name in JAX_CELLS and JAX_CELLS[name] != cell:
-        raise ValueError(f"a different JAX step is already registered for cell {name!r}"
-                         + (" (a built-in cell: register a new cell name)" if name in _BUILT_IN else ""))
-    JAX_CELLS[name] = cell
-    return cell
-
-
-def get_jax_cell(name: str) -> JaxCell:
-    try:
-        return JAX_CELLS[name]
-    except KeyError:
-        get_cell(name)  # a name outside the catalogue raises naming the catalogue's cells
-        raise ValueError(f"cell {name!r} has no JAX step; add one with "
-                         f"jax_impl.register_cell({name!r}, step)") from None
-
-
-def has_cell(name: str) -> bool:
-    """Whether cell `name` has a JAX step (the `has_step` of `shared.capabilities`)."""
-    return name in JAX_CELLS
-
-
+JaxCell = FrameworkCell
+CELLS = CellTable("JAX", "jax_impl", default_project)
+JAX_CELLS = CELLS.cells
+register_cell = CELLS.register
+get_jax_cell = CELLS.get
+has_cell = CELLS.has  # the `has_step` of `shared.capabilities`
 has_jax_cell = has_cell  # the earlier name
 
 
@@ -307,7 +255,7 @@ _BUILT_IN = {
     "gru_reset_before": dict(step=gru_reset_before_step, project=lstm_family_project),
 }
 for _name, _parts in _BUILT_IN.items():
-    register_cell(_name, **_parts)
+    register_cell(_name, **_parts, built_in=True)
 
 
 # ---- the one masked time loop ----------------------------------------------------------------------

@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from torch_impl.backends.bptt.lstm_gru import KERNELS  # noqa: E402
 from torch_impl.backends.bptt.lstm_gru import run_kernel as run_direction  # noqa: E402
 from torch_impl.backends.bptt.gemm import gemm_policy, onednn_unavailable_reason, tuned_choices, use_onednn  # noqa: E402
 
@@ -118,7 +119,7 @@ def profile(cell, fn, zero_grad, label):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cell", choices=("lstm", "gru", "both"), default="both")
+    ap.add_argument("--cell", choices=(*KERNELS, "both"), default="both")
     ap.add_argument("-T", type=int, default=100)
     ap.add_argument("-B", type=int, default=64)
     ap.add_argument("-I", type=int, default=256)
@@ -136,7 +137,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
-    cells = ("lstm", "gru") if args.cell == "both" else (args.cell,)
+    cells = tuple(KERNELS) if args.cell == "both" else (args.cell,)
     modes = ("fwd", "fwd+bwd") if args.mode == "both" else (args.mode,)
     reason = onednn_unavailable_reason("cpu", torch.float32)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, T={args.T} B={args.B} "

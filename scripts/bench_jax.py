@@ -33,14 +33,11 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # the checkout's packages, whatever the installed copy says
+from shared.study.workloads import all_named  # noqa: E402
 
-WORKLOADS = {  # name: (T, B, I, H), DESIGN.md section 6
-    "S1": (100, 64, 256, 512),
-    "S2": (100, 1, 256, 256),
-    "S3": (1000, 16, 128, 128),
-}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKLOADS = {name: (w.seq_len, w.batch, w.input_size, w.hidden_size)  # name: (T, B, I, H)
+             for name, w in all_named().items() if name in ("S1", "S2", "S3")}
 TARGETS = {("S1", "train"): 1.2, ("S2", "forward"): 1.0, ("S3", "forward"): 2.0}
 # issue 7: a catalogue cell's S1 forward+backward over plain torch nn.LSTM
 CELL_TARGETS = {("ln_lstm", "S1", "train"): 1.5, ("peephole_lstm", "S1", "train"): 1.3}

@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from shared.cells import CUSTOM_CELLS, STANDARD_CELLS  # noqa: E402
 from shared.study.workloads import all_named  # noqa: E402
 
 _S1 = all_named()["S1"]
@@ -45,7 +46,7 @@ def _time_entries(args) -> list[tuple[str, str, str]]:
     """(label, cell, backend) to time.  For a catalogue cell beyond lstm/gru: its backends plus
     the plain cell of its family on `native` (the ratio's denominator) and `eager` (what the
     custom cell costs over the plain one, same loop)."""
-    if args.cell in ("lstm", "gru"):
+    if args.cell in STANDARD_CELLS:
         return [(b, args.cell, b) for b in args.backends]
     from shared.cells import get_cell
     plain = get_cell(args.cell).family
@@ -79,7 +80,7 @@ def cmd_time(args) -> None:
     def ratio(times, b, base="native"):
         return statistics.median(t / n for t, n in zip(times[b], times[base]))
 
-    custom = args.cell not in ("lstm", "gru")
+    custom = args.cell not in STANDARD_CELLS
     print(f"S1 {args.cell} float32, {args.threads} threads, {args.clock} clock, {args.rounds} interleaved rounds, torch "
           f"{torch.__version__}; ratio = median over rounds of time / native time in the same round"
           + ("; native = the plain cell of the family (nn.LSTM / nn.GRU)" if custom else ""))
@@ -164,7 +165,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["time", "profile", "compile-time"])
     parser.add_argument("--cell", default="lstm",
-                        choices=["lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before"])
+                        choices=STANDARD_CELLS + CUSTOM_CELLS)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--clock", choices=["wall", "process"], default="wall",

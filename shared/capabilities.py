@@ -47,10 +47,9 @@ class Capabilities:
                            device: str | None = None, has_step=lambda cell: True) -> str | None:
         """None when `name` (e.g. "torch.eager") computes this configuration, else why not."""
         get_cell(spec.cell)  # an unknown cell raises naming the catalogue
-        if not self.runs_cell(spec.cell, has_step):
-            if self.cells == ANY_CELL:
-                return self.explain("cell", f"{name} runs every cell with a step, and {spec.cell!r} has none")
-            return self.explain("cell", f"{name} implements only {', '.join(self.cells)}")
+        refusal = self.refuse_cell(name, spec.cell, has_step)
+        if refusal is not None:
+            return refusal
         if dtype not in self.dtypes:
             return self.explain("dtype", f"{name} supports dtypes {', '.join(self.dtypes)}, not {dtype}")
         if device is not None and device not in self.devices:
@@ -62,6 +61,17 @@ class Capabilities:
         if spec.bidirectional and not self.bidirectional:
             return self.explain("bidirectional", f"{name} does not support bidirectional")
         return None
+
+    def refuse_cell(self, label: str, cell: str, has_step, runs_it=()) -> str | None:
+        """None when this rung computes `cell`, else why not, in the one wording both
+        frameworks use: "<label> implements only lstm, gru, not 'x' (why); 'x' runs on a, b"."""
+        if self.runs_cell(cell, has_step):
+            return None
+        if self.cells == ANY_CELL:
+            return f"{label} runs every cell with a step, and {cell!r} has none"
+        why = self.why_not.get("cell")
+        reason = f"{label} implements only {', '.join(self.cells)}, not {cell!r}" + (f" ({why})" if why else "")
+        return reason + (f"; {cell!r} runs on {', '.join(runs_it)}" if runs_it else "")
 
     def explain(self, key: str, generic: str) -> str:
         """`generic`, with the declared reason for `key` appended when there is one."""

@@ -13,6 +13,7 @@ cells carry (h, c), "gru" cells carry h.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,21 @@ class CellDef:
     equations: str
     extra_params: tuple[ExtraParam, ...] = field(default=())
     proj_size: bool = False  # whether the cell supports LSTM's output projection
+    # The widest normalisation inside the step, as a multiple of H ("4H"), or "" for none.
+    # Dividing by the standard deviation of N features scales rounding errors by up to
+    # sqrt(N) (max |v - mean| <= sqrt(N) * std), which the tolerance rule accounts for.
+    normalizes: str = ""
 
     @property
     def has_cell_state(self) -> bool:
         return self.family == "lstm"
+
+    def error_growth(self, hidden_size: int) -> float:
+        """How much this cell's own operations amplify rounding errors beyond PyTorch's LSTM
+        (`shared.tolerances`): sqrt(N) for a normalisation over N features, else 1."""
+        if not self.normalizes:
+            return 1.0
+        return (int(self.normalizes[:-1] or 1) * hidden_size) ** 0.5
 
 
 CELL_DEFS: dict[str, CellDef] = {}
@@ -89,7 +101,8 @@ LN(v) = (v - mean(v)) / sqrt(var(v) + 1e-5) * gain + bias    (biased variance, e
         ExtraParam("layernorm_hh_bias", "4H", "zeros", "bias of LN_hh"),
         ExtraParam("layernorm_c_weight", "H", "ones", "gain of LN_c"),
         ExtraParam("layernorm_c_bias", "H", "zeros", "bias of LN_c"),
-    )))
+    ),
+    normalizes="4H"))
 
 register_cell(CellDef(
     "peephole_lstm", "lstm", ("i", "f", "g", "o"),
@@ -112,6 +125,72 @@ n = tanh(W_in x + b_in + W_hn (r * h) + b_hn);  h' = (1 - z) * n + z * h"""))
 
 STANDARD_CELLS = ("lstm", "gru")
 CUSTOM_CELLS = ("ln_lstm", "peephole_lstm", "gru_reset_before")
+
+
+def canonical_names(p) -> dict:
+    """One layer and direction's parameters (a `LayerParams` of either framework) by the
+    canonical short names a step reads: weight_ih, weight_hh, bias_ih, bias_hh, weight_hr
+    (None when absent) and each extra parameter's prefix."""
+    return {"weight_ih": p.w_ih, "weight_hh": p.w_hh, "bias_ih": p.b_ih, "bias_hh": p.b_hh, "weight_hr": p.w_hr,
+            **(p.extras or {})}
+
+
+@dataclass(frozen=True)
+class FrameworkCell:
+    """A catalogue cell as one framework computes it (`torch_impl.cells`, `jax_impl.cells`):
+
+        prepare(p) -> q                    once per layer, direction and call: the weights in the
+                                           layout the step wants (default: `canonical_names`)
+        project(x2d, q) -> x_proj          hoisted out of the time loop, over all T*B rows
+        step(x_proj_t, state, q) -> state  one time step; state = (h,) or (h, c)
+    """
+
+    defn: CellDef
+    step: Callable
+    project: Callable
+    prepare: Callable = canonical_names
+
+    @property
+    def name(self) -> str:
+        return self.defn.name
+
+    @property
+    def has_cell_state(self) -> bool:
+        return self.defn.has_cell_state
+
+
+class CellTable:
+    """A framework's steps for catalogue cells, by cell name (the built-ins and users' own)."""
+
+    def __init__(self, kind: str, package: str, default_project: Callable):
+        self.kind, self.package, self.default_project = kind, package, default_project
+        self.cells: dict[str, FrameworkCell] = {}
+        self.built_in: set[str] = set()
+
+    def register(self, name: str, step: Callable, project: Callable | None = None,
+                 prepare: Callable | None = None, *, built_in: bool = False) -> FrameworkCell:
+        """Give catalogue cell `name` its step (and optionally its hoisted projection and its
+        per-call weight preparation).  Register the `CellDef` first (`register_cell` here);
+        registering the same functions again is harmless, different ones raise."""
+        cell = FrameworkCell(get_cell(name), step, project or self.default_project, prepare or canonical_names)
+        if name in self.cells and self.cells[name] != cell:
+            raise ValueError(f"a different {self.kind} step is already registered for cell {name!r}"
+                             + (" (a built-in cell: register a new cell name)" if name in self.built_in else ""))
+        self.cells[name] = cell
+        if built_in:
+            self.built_in.add(name)
+        return cell
+
+    def get(self, name: str) -> FrameworkCell:
+        try:
+            return self.cells[name]
+        except KeyError:
+            get_cell(name)  # a name outside the catalogue raises naming the catalogue's cells
+            raise ValueError(f"cell {name!r} has no {self.kind} step; add one with "
+                             f"{self.package}.register_cell({name!r}, step)") from None
+
+    def has(self, name: str) -> bool:
+        return name in self.cells
 
 
 def markdown_table(names: tuple[str, ...] | None = None) -> str:
@@ -138,7 +217,7 @@ _BUILT_IN_CELLS = tuple(CELL_DEFS)
 def markdown_page() -> str:
     """docs/cells.md: every built-in cell with its family, gates, summary, equations and
     extra parameters.  Regenerate with `python -m shared.cells > docs/cells.md`
-    (tests/test_docs.py fails while the page and the catalogue differ)."""
+    (tests/shared/test_docs.py fails while the page and the catalogue differ)."""
     lines = [
         "# Cells",
         "",

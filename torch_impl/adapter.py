@@ -64,10 +64,7 @@ class TorchAdapter:
         return backends.unavailable_reason(self.key, device)
 
     def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
-        reason = backends.unsupported_cell_reason(self.key, spec.cell)
-        if reason is not None:
-            return f"torch.{self.key}: {reason}"
-        return self.capabilities.unsupported_reason(f"torch.{self.key}", spec, lengths=lengths, dtype=dtype)
+        return backends.unsupported_cell_reason(self.key, spec.cell) or self.capabilities.unsupported_reason(f"torch.{self.key}", spec, lengths=lengths, dtype=dtype)
 
     def run_case(self, spec: RNNSpec, params: Mapping[str, np.ndarray], x: np.ndarray,
                  h0: np.ndarray | None = None, c0: np.ndarray | None = None,

@@ -26,14 +26,13 @@ driver or a backend:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from shared.cells import CellDef, get_cell
+from shared.cells import CellTable, FrameworkCell
 
 LN_EPS = 1e-5  # nn.LayerNorm's default, as the catalogue says
 
@@ -45,63 +44,17 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.addmm(bias, x, weight.t())
 
 
-def canonical(p) -> dict:
-    """The default `prepare`: a LayerParams as the canonical short names."""
-    return {"weight_ih": p.w_ih, "weight_hh": p.w_hh, "bias_ih": p.b_ih, "bias_hh": p.b_hh, "weight_hr": p.w_hr,
-            **(p.extras or {})}
-
-
 def default_project(x2d: Tensor, q: dict) -> Tensor:
     """x W_ih^T + b_ih for every step at once (the input half of every gate)."""
     return linear(x2d, q["weight_ih"], q["bias_ih"])
 
 
-@dataclass(frozen=True)
-class TorchCell:
-    defn: CellDef
-    step: Callable  # step(x_proj_t, state, q) -> new state tuple
-    project: Callable = default_project  # project(x2d (T*B, I), q) -> (T*B, G*H)
-    prepare: Callable = canonical  # prepare(LayerParams) -> q
-
-    @property
-    def name(self) -> str:
-        return self.defn.name
-
-    @property
-    def has_cell_state(self) -> bool:
-        return self.defn.has_cell_state
-
-
-TORCH_CELLS: dict[str, TorchCell] = {}
-
-
-def register_cell(name: str, step: Callable, project: Callable | None = None,
-                  prepare: Callable | None = None) -> TorchCell:
-    """Give catalogue cell `name` its torch step (and optionally its hoisted projection and
-    its per-call weight preparation).
-
-    Register the `CellDef` first (`shared.cells.register_cell`).  Registering the same
-    functions again is harmless; different ones under a registered name raise.
-    """
-    cell = TorchCell(get_cell(name), step, project or default_project, prepare or canonical)
-    if name in TORCH_CELLS and TORCH_CELLS[name] != cell:
-        raise ValueError(f"a different torch step is already registered for cell {name!r}"
-                         + (" (a built-in cell: register a new cell name)" if name in _BUILT_IN else ""))
-    TORCH_CELLS[name] = cell
-    return cell
-
-
-def get_torch_cell(name: str) -> TorchCell:
-    try:
-        return TORCH_CELLS[name]
-    except KeyError:
-        get_cell(name)  # a name outside the catalogue raises naming the catalogue's cells
-        raise ValueError(f"cell {name!r} has no torch step; add one with "
-                         f"torch_impl.register_cell({name!r}, step)") from None
-
-
-def has_torch_cell(name: str) -> bool:
-    return name in TORCH_CELLS
+TorchCell = FrameworkCell
+CELLS = CellTable("torch", "torch_impl", default_project)
+TORCH_CELLS = CELLS.cells
+register_cell = CELLS.register
+get_torch_cell = CELLS.get
+has_torch_cell = CELLS.has
 
 
 # ---- lstm and gru: PyTorch's cells, in the layout eager PyTorch runs fastest ---------------------
@@ -227,7 +180,7 @@ _BUILT_IN = {
     "gru_reset_before": dict(step=gru_reset_before_step, project=lstm_family_project),
 }
 for _name, _parts in _BUILT_IN.items():
-    register_cell(_name, **_parts)
+    register_cell(_name, **_parts, built_in=True)
 
 
 # ---- the one masked time loop ----------------------------------------------------------------------

@@ -95,15 +95,10 @@ def available_backends(device: str | None = None) -> tuple[str, ...]:
 
 def unsupported_cell_reason(name: str, cell: str, *, label: str | None = None) -> str | None:
     """None when backend `name` computes `cell`, else why not (starting with `label`, default
-    "backend '<name>'") and which backends do."""
+    "jax.<name>") and which backends do."""
     name = check_backend_name(name)
-    reason = cell_refusal(label or f"backend {name!r}", MODULES[name].CAPABILITIES, cell)
-    if reason is None or not cells.has_cell(cell):
-        return reason
-    any_cell = [n for n, m in MODULES.items() if m.CAPABILITIES.cells == ANY_CELL]
-    also = [n for n, m in MODULES.items() if n not in any_cell and m.CAPABILITIES.runs_cell(cell, cells.has_cell)]
-    reason += f"; backends that run any catalogue cell: {', '.join(any_cell)}"
-    return reason + (f"; {cell!r} also runs on {', '.join(also)}" if also else "")
+    runs_it = [n for n, m in MODULES.items() if m.CAPABILITIES.runs_cell(cell, cells.has_cell)]
+    return cell_refusal(label or f"jax.{name}", MODULES[name].CAPABILITIES, cell, runs_it)
 
 
 def unsupported_reason(name: str, spec, *, lengths: bool = False, dtype: str = "float32",

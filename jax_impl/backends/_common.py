@@ -13,23 +13,14 @@ LSTM_CELL_TYPES = ("OptimizedLSTMCell", "LSTMCell")  # the Flax LSTM cells the f
 CHECKED_DTYPES = ("float32", "float64")  # the dtypes the declarations speak of (the parity vectors' dtypes)
 
 
-def and_join(names) -> str:
-    """"a", "a and b", "a, b and c"."""
-    names = list(names)
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
-def cell_refusal(label: str, caps: Capabilities, cell: str) -> str | None:
+def cell_refusal(label: str, caps: Capabilities, cell: str, runs_it=()) -> str | None:
     """None when `caps` runs `cell`, else why not, starting with `label` (e.g. "jax.cudnn").
 
     Asked by name only, before the catalogue: a cell no module knows yet is refused, not an error.
     """
-    if caps.runs_cell(cell, cells.has_cell):
-        return None
-    if caps.cells == ANY_CELL:
+    if caps.cells == ANY_CELL and not cells.has_cell(cell):
         return f"cell {cell!r} has no JAX step; add one with jax_impl.register_cell({cell!r}, step)"
-    why = caps.why_not.get("cell")
-    return f"{label} implements only {and_join(caps.cells)}, not {cell!r}" + (f" ({why})" if why else "")
+    return caps.refuse_cell(label, cell, cells.has_cell, runs_it)
 
 
 def declared_reason(name: str, caps: Capabilities, spec, *, lengths: bool = False, dtype: str = "float32",

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..cells import STANDARD_CELLS
 from ..spec import RNNSpec
 from ._common import (ConversionError, canonical_entries, cell_name, check_keys, check_layer, check_tree,
                       gate_blocks, layer_arrays, reject_projection, require_cells)
@@ -49,7 +50,7 @@ GRU_CELLS = ("GRUCell",)
 
 
 def _cell(spec: RNNSpec, cell_type) -> str:
-    require_cells(spec, ("lstm", "gru"), "flax linen")  # its cells compute PyTorch's LSTM/GRU only
+    require_cells(spec, STANDARD_CELLS, "flax linen")  # its cells compute PyTorch's LSTM/GRU only
     if spec.cell == "lstm":
         return cell_name(cell_type, LSTM_CELLS, "LSTMCell", "flax linen")
     return cell_name(cell_type, GRU_CELLS, "GRUCell", "flax linen")

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..cells import STANDARD_CELLS
 from ..spec import RNNSpec
 from ._common import (ConversionError, canonical_entries, cell_name, check_keys, check_layer, check_tree,
                       layer_arrays, nest, reject_projection, require_cells)
@@ -47,7 +48,7 @@ _INPUT_NAMES = {"i": "ii", "f": "if_", "g": "ig", "o": "io"}
 
 
 def _cell(spec: RNNSpec, cell_type) -> str:
-    require_cells(spec, ("lstm", "gru"), "flax nnx")  # its cells compute PyTorch's LSTM/GRU only
+    require_cells(spec, STANDARD_CELLS, "flax nnx")  # its cells compute PyTorch's LSTM/GRU only
     if spec.cell == "lstm":
         return cell_name(cell_type, LSTM_CELLS, "LSTMCell", "flax nnx")
     return cell_name(cell_type, GRU_CELLS, "GRUCell", "flax nnx")

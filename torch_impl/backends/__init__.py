@@ -71,12 +71,8 @@ def unsupported_cell_reason(name: str, cell: str) -> str | None:
     name = check_backend_name(name)
     if not has_torch_cell(cell):
         return f"cell {cell!r} has no torch step; add one with torch_impl.register_cell({cell!r}, step)"
-    caps = MODULES[name].CAPABILITIES
-    if caps.runs_cell(cell, has_torch_cell):
-        return None
-    others = ", ".join(n for n, m in MODULES.items() if m.CAPABILITIES.runs_cell(cell, has_torch_cell))
-    which = ", ".join(caps.cells)
-    return caps.explain("cell", f"backend {name!r} implements {which}, not {cell!r}") + f"; {cell!r} runs on {others}"
+    runs_it = [n for n, m in MODULES.items() if m.CAPABILITIES.runs_cell(cell, has_torch_cell)]
+    return MODULES[name].CAPABILITIES.refuse_cell(f"torch.{name}", cell, has_torch_cell, runs_it)
 
 
 def available_backends(device: str | torch.device = "cpu") -> tuple[str, ...]:

@@ -30,7 +30,7 @@ def _gru(x, state, p, lengths):
 DIRECTIONS = {"lstm": _lstm, "gru": _gru, "peephole_lstm": cells.peephole_lstm, "ln_lstm": cells.ln_lstm}
 CAPABILITIES = Capabilities(
     cells=tuple(DIRECTIONS), proj_size=True,
-    why_not={"cell": "the other cells have no hand-written backward here (any cell runs on eager and compile)"})
+    why_not={"cell": "the other cells have no hand-written backward here"})
 
 
 def run_direction(cell, p, x, state, lengths):

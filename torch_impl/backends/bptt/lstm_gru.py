@@ -55,7 +55,7 @@ from .. import eager
 from .._common import differentiable_grads, kernel_backward_unusable
 from .gemm import Gemm
 
-__all__ = ["lstm", "gru", "run_kernel", "KERNELS"]
+__all__ = ["KERNELS", "gru", "lstm", "run_kernel"]
 
 
 # ---------------------------------------------------------------------------------------
