@@ -1,6 +1,6 @@
 """RNNBENCH_CELL_MODULES / --cell-modules: a user's own cell reaches the study's workers and asv.
 
-The own cell is the worked example of tests/test_own_cell.py (MGU), registered by
+The own cell is the worked example of tests/cross/test_own_cell.py (MGU), registered by
 tests/own_cell_module.py when imported; only subprocesses import it, so the pytest
 process's catalogue is left as it was.
 """
@@ -18,7 +18,7 @@ import pytest
 from shared import cell_modules
 from shared.study.runner import read_records, run_worker
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # where own_cell_module.py lives
 ROOT = TESTS.parent
 
 

@@ -11,7 +11,7 @@ states:
 - Flax NNX: `flax.nnx.RNN` over `nnx.LSTMCell` / `OptimizedLSTMCell` / `GRUCell`;
   a trained GRU with biases cannot be held by the NNX GRU (no b_hn) and must be refused
   with a clear error, so the NNX GRU runs a trained `bias=False` GRU;
-- ONNX and Keras: no runtime is installed here, and `tests/test_converters.py` already
+- ONNX and Keras: no runtime is installed here, and `tests/shared/test_converters.py` already
   evaluates those formats' equations in NumPy; here the trained weights go through the
   layouts and back and must give the same outputs in the float64 reference.
 

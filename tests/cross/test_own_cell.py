@@ -26,36 +26,9 @@ from shared.cells import CELL_DEFS, CellDef, register_cell
 from shared.params import init_params
 from shared.spec import RNNSpec
 
-# ---- what the user writes -------------------------------------------------------------------
+# ---- what the user writes: tests/own_cell_example.py ----------------------------------------
 
-MGU = CellDef(
-    name="mgu", family="gru", gates=("f", "n"),
-    summary="Minimal gated unit (Zhou et al. 2016): one forget gate, reset tied to it",
-    equations="""f  = sigmoid(W_if x + b_if + W_hf h + b_hf)
-n  = tanh(W_in x + b_in + W_hn (f * h) + b_hn)
-h' = (1 - f) * h + f * n""")
-
-
-def mgu_step(x, state, p):
-    """One MGU step, batch-major rows: x (B, I), state (h,), p short-named parameters.
-
-    Complex-safe NumPy only (reference.sigmoid, np.tanh, arithmetic, @), so the
-    reference can differentiate it by the complex step.
-    """
-    (h,) = state
-    W_if, W_in = np.split(p["weight_ih"], 2)
-    W_hf, W_hn = np.split(p["weight_hh"], 2)
-    b_if, b_in = np.split(p["bias_ih"], 2)   # zeros when spec.bias is False
-    b_hf, b_hn = np.split(p["bias_hh"], 2)
-    f = reference.sigmoid(x @ W_if.T + b_if + h @ W_hf.T + b_hf)
-    n = np.tanh(x @ W_in.T + b_in + (f * h) @ W_hn.T + b_hn)
-    return ((1.0 - f) * h + f * n,)
-
-
-def register_mgu():
-    register_cell(MGU)                          # the catalogue: RNNSpec("mgu", ...) now works
-    reference.register_cell_step("mgu", mgu_step)  # the NumPy reference: forward + gradients
-
+from own_cell_example import MGU, jax_impl_mgu_step, mgu_step, register_mgu, torch_impl_mgu_step  # noqa: E402,F401
 
 # ---- tests ------------------------------------------------------------------------------------
 
@@ -185,7 +158,7 @@ TORCH_CONFIGS = [  # (spec kwargs, T, B, lengths, initial_state)
 @pytest.mark.parametrize("config", TORCH_CONFIGS,
                          ids=lambda c: f"{_kw_id(c[0])}-len{int(c[3] is not None)}-h0{int(c[4])}")
 def test_matches_torch_autograd(config):
-    from test_reference import make_case, run_torch_cells
+    from reference_cases import make_case, run_torch_cells
 
     kwargs, T, B, lengths, init = config
     spec = RNNSpec("mgu", **kwargs)
@@ -197,27 +170,7 @@ def test_matches_torch_autograd(config):
         np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-12, err_msg=key)
 
 
-# ---- torch_impl: what the user writes for PyTorch ----------------------------------------------
-
-def torch_impl_mgu_step(x_proj_t, state, p):
-    """One MGU step for torch_impl: x_proj_t = W_ih x + b_ih (B, 2H), hoisted by the driver for
-    all steps at once (the default `project`); p holds weight_hh, bias_hh (None without bias).
-
-        f  = sigmoid(x_f + h W_hf^T + b_hf)
-        n  = tanh(x_n + (f * h) W_hn^T + b_hn)
-        h' = (1 - f) * h + f * n  (= h + f * (n - h))
-    """
-    import torch_impl.cells as tc
-
-    (h,) = state
-    H = h.shape[1]
-    x_f, x_n = x_proj_t.split([H, H], 1)
-    w_hf, w_hn = p["weight_hh"].split([H, H])
-    b_hf, b_hn = (None, None) if p["bias_hh"] is None else p["bias_hh"].split([H, H])
-    f = torch.sigmoid(x_f + tc.linear(h, w_hf, b_hf))
-    n = torch.tanh(x_n + tc.linear(f * h, w_hn, b_hn))
-    return (h + f * (n - h),)
-
+# ---- torch_impl: the user's step is torch_impl_mgu_step (tests/own_cell_example.py) -------------
 
 @pytest.fixture(scope="module")
 def mgu_in_torch(mgu_registered):
@@ -242,7 +195,7 @@ def _torch_cases():
 @pytest.mark.parametrize("backend,kwargs,T,B,lengths,init", list(_torch_cases()))
 def test_torch_impl_runs_the_user_cell_like_the_reference(mgu_in_torch, backend, kwargs, T, B, lengths, init):
     """Through the torch adapter (what the parity matrix and benchmarks use): float64, 1e-9."""
-    from test_reference import make_case
+    from reference_cases import make_case
 
     from shared.tolerances import assert_close
     from torch_impl.adapter import get_adapter
@@ -254,7 +207,7 @@ def test_torch_impl_runs_the_user_cell_like_the_reference(mgu_in_torch, backend,
     assert adapter.unsupported_reason(spec) is None
     got = adapter.run_case(spec, **inputs, cotangents=cot, dtype="float64")
     assert sorted(got) == sorted(want)
-    assert_close(want, got, "float64", context=f"torch.{backend} mgu")
+    assert_close(want, got, "float64", context=f"torch.{backend} mgu", spec=spec, x=inputs["x"])
 
 
 def test_torch_module_of_the_user_cell(mgu_in_torch):
@@ -267,29 +220,7 @@ def test_torch_module_of_the_user_cell(mgu_in_torch):
         rnn.backend = "native"
 
 
-# ---- jax_impl: what the user writes for JAX ----------------------------------------------------
-
-def jax_impl_mgu_step(x_proj_t, state, p):
-    """One MGU step for jax_impl: x_proj_t = W_ih x + b_ih (B, 2H), hoisted by the driver for
-    all steps at once (the default `project`); p holds weight_hh, bias_hh (None without bias).
-
-        f  = sigmoid(x_f + h W_hf^T + b_hf)
-        n  = tanh(x_n + (f * h) W_hn^T + b_hn)
-        h' = (1 - f) * h + f * n  (= h + f * (n - h))
-    """
-    import jax
-    import jax.numpy as jnp
-
-    from jax_impl.cells import linear
-
-    (h,) = state
-    x_f, x_n = jnp.split(x_proj_t, 2, axis=-1)
-    w_hf, w_hn = jnp.split(p["weight_hh"], 2)
-    b_hf, b_hn = (None, None) if p["bias_hh"] is None else jnp.split(p["bias_hh"], 2)
-    f = jax.nn.sigmoid(x_f + linear(h, w_hf, b_hf))
-    n = jnp.tanh(x_n + linear(f * h, w_hn, b_hn))
-    return (h + f * (n - h),)
-
+# ---- jax_impl: the user's step is jax_impl_mgu_step (tests/own_cell_example.py) -----------------
 
 @pytest.fixture(scope="module")
 def mgu_in_jax(mgu_registered):
@@ -313,7 +244,7 @@ JAX_CONFIGS = [TORCH_CONFIGS[1], TORCH_CONFIGS[4]]
                          ids=lambda c: f"{_kw_id(c[0])}-len{int(c[3] is not None)}-h0{int(c[4])}")
 def test_jax_impl_runs_the_user_cell_like_the_reference(mgu_in_jax, config):
     """Through the jax adapter (what the parity matrix and benchmarks use): float64, 1e-9."""
-    from test_reference import make_case
+    from reference_cases import make_case
 
     from jax_impl.adapter import get_adapter
     from shared.tolerances import assert_close
@@ -326,7 +257,7 @@ def test_jax_impl_runs_the_user_cell_like_the_reference(mgu_in_jax, config):
     assert adapter.unsupported_reason(spec, lengths=lengths is not None) is None
     got = adapter.run_case(spec, **inputs, cotangents=cot, dtype="float64")
     assert sorted(got) == sorted(want)
-    assert_close(want, got, "float64", context="jax.scan mgu")
+    assert_close(want, got, "float64", context="jax.scan mgu", spec=spec, x=inputs["x"])
 
 
 def test_jax_module_of_the_user_cell(mgu_in_jax):
@@ -344,5 +275,5 @@ def test_jax_module_of_the_user_cell(mgu_in_jax):
     want = reference.run_case(spec, rnn.state_dict(), x)
     np.testing.assert_allclose(out, want["output"], rtol=0, atol=1e-12)
     np.testing.assert_allclose(h_n, want["h_n"], rtol=0, atol=1e-12)
-    with pytest.raises(jax_impl.UnsupportedConfigError, match="implements only lstm and gru, not 'mgu'"):
+    with pytest.raises(jax_impl.UnsupportedConfigError, match="jax.flax_nnx implements only lstm, gru, not 'mgu'"):
         jax_impl.RNN("mgu", 3, 4, rngs=nnx.Rngs(0), impl="flax_nnx")

@@ -4,7 +4,7 @@ Forward and every gradient (x, h0, c0, each parameter) through the adapter's `ja
 which runs the hand-written backward; float64 to 1e-9, float32 to 2e-5.  Plus
 `check_grads` (the custom_vjp against finite differences), `vmap`, and `jit` of a
 gradient.  XLA compiles dominate, so the configurations are tiny and few.  The catalogue
-cells (`jax_impl/backends/bptt/cells.py`) also run on every shared vector in tests/test_parity_matrix.py;
+cells (`jax_impl/backends/bptt/cells.py`) also run on every shared vector in tests/cross/test_parity_matrix.py;
 here each gets one all-options case (extras moved off their init, so the gain and
 peephole terms count) and a finite-difference check.
 """
@@ -81,7 +81,7 @@ def test_forward_and_all_gradients_match_reference_float64(name):
     expected = reference.run_case(spec, params, x, h0, c0, lengths, cot)
     got = ADAPTER.run_case(spec, params, x, h0, c0, lengths, cot, dtype="float64")
     assert set(got) == set(expected)  # a gradient for x, every state given and every parameter
-    assert_close(expected, got, "float64", context=f"jax.bptt {name}")
+    assert_close(expected, got, "float64", context=f"jax.bptt {name}", spec=spec, x=x)
 
 
 @pytest.mark.parametrize("name", ["lstm_proj_lengths", "gru_bidir2_states_lengths", "ln_lstm_bidir2_states_lengths"])
@@ -90,7 +90,7 @@ def test_float32_matches_reference(name):
     params, x, h0, c0, lengths, cot = _case(spec, seed=1, **kw)
     expected = reference.run_case(spec, params, x, h0, c0, lengths, cot)
     got = ADAPTER.run_case(spec, params, x, h0, c0, lengths, cot, dtype="float32")
-    assert_close(expected, got, "float32", context=f"jax.bptt {name} float32")
+    assert_close(expected, got, "float32", context=f"jax.bptt {name} float32", spec=spec, x=x)
 
 
 @pytest.mark.parametrize("cell, proj", [("lstm", 2), ("gru", 0), ("ln_lstm", 0), ("peephole_lstm", 0),
@@ -132,7 +132,7 @@ def test_vmap_and_jit_of_grad_agree_with_scan(cell):
 
 
 def test_refuses_a_cell_without_a_hand_written_backward():
-    """A user's own cell (registered at run time, e.g. tests/test_own_cell.py's mgu) runs on scan only."""
+    """A user's own cell (registered at run time, e.g. tests/cross/test_own_cell.py's mgu) runs on scan only."""
     own = types.SimpleNamespace(cell="mgu")  # unsupported_reason reads only the cell name
     reason = bptt.unsupported_reason(own, lengths=False, dtype="float64")
     assert reason is not None and "'mgu'" in reason and "jax.scan" in reason

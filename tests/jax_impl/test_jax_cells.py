@@ -24,7 +24,7 @@ from shared.cells import CUSTOM_CELLS  # noqa: E402
 from shared.params import ParamError, init_params  # noqa: E402
 from shared.spec import RNNSpec  # noqa: E402
 from shared.tolerances import assert_close  # noqa: E402
-from test_reference import make_case  # noqa: E402
+from reference_cases import make_case  # noqa: E402
 
 # One configuration with every option at once (2 layers, bidirectional, batch_first,
 # unsorted lengths, initial states), and one plain with bias=False.
@@ -43,7 +43,7 @@ def test_scan_matches_the_reference_with_every_option(cell, dtype):
     assert adapter.unsupported_reason(spec, lengths=True, dtype=dtype) is None
     got = adapter.run_case(spec, **inputs, cotangents=cot, dtype=dtype)
     assert sorted(got) == sorted(want)  # every parameter's gradient, the extras' included
-    assert_close(want, got, dtype, context=f"jax.scan {cell} {dtype}")
+    assert_close(want, got, dtype, context=f"jax.scan {cell} {dtype}", spec=spec, x=inputs["x"])
 
 
 @pytest.mark.parametrize("cell", CUSTOM_CELLS)
@@ -53,7 +53,7 @@ def test_scan_without_bias_or_initial_state(cell):
     want = reference.run_case(spec, **inputs, cotangents=cot)
     got = get_adapter("scan", remat=True).run_case(spec, **inputs, cotangents=cot, dtype="float64")
     assert sorted(got) == sorted(want)
-    assert_close(want, got, "float64", context=f"jax.scan remat {cell} bias=False")
+    assert_close(want, got, "float64", context=f"jax.scan remat {cell} bias=False", spec=spec, x=inputs["x"])
 
 
 def _params(spec, seed=0):
@@ -146,11 +146,11 @@ def test_impls_without_the_cell_table_refuse_with_the_reason():
     spec = RNNSpec("peephole_lstm", 3, 4)
     params = init_params(spec)
     with pytest.raises(jax_impl.UnsupportedConfigError,
-                       match="'flax_linen' implements only lstm and gru.*peepholes.*run any catalogue cell: scan"):
+                       match="jax.flax_linen implements only lstm, gru, not 'peephole_lstm'.*peepholes.*runs on scan, bptt"):
         jax_impl.rnn(params, np.zeros((2, 1, 3)), cell="peephole_lstm", impl="flax_linen")
     for key in ("naive", "flax_nnx", "flax_linen"):
-        assert "implements only lstm and gru" in get_adapter(key).unsupported_reason(spec)
-    with pytest.raises(jax_impl.UnsupportedConfigError, match="implements only lstm and gru"):
+        assert "implements only lstm, gru, not 'peephole_lstm'" in get_adapter(key).unsupported_reason(spec)
+    with pytest.raises(jax_impl.UnsupportedConfigError, match="jax.naive implements only lstm, gru"):
         jax_impl.PeepholeLSTM(3, 4, rngs=nnx.Rngs(0), impl="naive")
 
 

@@ -94,7 +94,7 @@ def test_float64_matches_reference(impl, name, cases):
             key = f"grad/bias_hh_{spec.suffix(l, d)}"
             assert np.all(got[key][2 * H:] == 0) and np.any(expected[key][2 * H:] != 0)
             got[key][2 * H:] = expected[key][2 * H:]
-        assert_close(expected, got, "float64", f"jax.{impl} {name} (b_hn = 0)")
+        assert_close(expected, got, "float64", f"jax.{impl} {name} (b_hn = 0)", spec=inputs["spec"], x=inputs["x"])
         return
     reason = adapter.unsupported_reason(spec, lengths=inputs["lengths"] is not None)
     if reason:
@@ -104,14 +104,14 @@ def test_float64_matches_reference(impl, name, cases):
         return
     got = adapter.run_case(**inputs, dtype="float64")
     assert set(got) == set(expected)
-    assert_close(expected, got, "float64", f"jax.{impl} {name}")
+    assert_close(expected, got, "float64", f"jax.{impl} {name}", spec=inputs["spec"], x=inputs["x"])
 
 
 @pytest.mark.parametrize("impl", CPU_IMPLS)
 def test_float32_matches_reference(impl, cases):
     inputs, expected = cases["gru_nobias_batch_first"]
     got = get_adapter(impl).run_case(**inputs, dtype="float32")
-    assert_close(expected, got, "float32", f"jax.{impl} float32")
+    assert_close(expected, got, "float32", f"jax.{impl} float32", spec=inputs["spec"], x=inputs["x"])
 
 
 # ---- scan -------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def test_float32_matches_reference(impl, cases):
 def test_scan_options_compute_the_same_function(options, cases):
     inputs, expected = cases["gru_bi_lengths_state"]
     got = get_adapter("scan", **options).run_case(**inputs, dtype="float64")
-    assert_close(expected, got, "float64", f"jax.scan {options}")
+    assert_close(expected, got, "float64", f"jax.scan {options}", spec=inputs["spec"], x=inputs["x"])
 
 
 def test_scan_rejects_bad_options():
@@ -254,4 +254,4 @@ def test_cudnn_matches_reference_on_gpu():
     spec = RNNSpec("lstm", 3, 4, num_layers=2, bidirectional=True)
     inputs, expected = make_case(spec, lengths=True, state=True)
     got = get_adapter("cudnn").run_case(**inputs, dtype="float32", device="cuda")
-    assert_close(expected, got, "float32", "jax.cudnn")
+    assert_close(expected, got, "float32", "jax.cudnn", spec=inputs["spec"], x=inputs["x"])

@@ -604,7 +604,7 @@ def test_flax_carry_layout():
 
 def test_import_does_not_pull_in_torch_or_jax():
     code = "import sys, shared.converters; print(sorted(m for m in ('torch', 'jax', 'flax') if m in sys.modules))"
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root).stdout
     assert out.strip() == "[]"
 

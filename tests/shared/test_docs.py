@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 EXTENSIONS = (".py", ".md", ".png", ".json", ".toml", ".cfg", ".txt", ".sh")
 GENERATED = ("reports/", ".asv/", ".venv/", "~/")  # written by the tools, ignored by git

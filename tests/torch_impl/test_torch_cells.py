@@ -23,7 +23,7 @@ from shared.params import init_params
 from shared.spec import RNNSpec
 from shared.tolerances import assert_close
 from shared.vectors import load_case
-from test_reference import make_case
+from reference_cases import make_case
 from torch_impl.adapter import build_module, get_adapter
 
 
@@ -78,7 +78,7 @@ def test_float64_forward_and_gradients_match_the_reference(backend, cell, config
     want = reference.run_case(spec, **inputs, cotangents=cot)
     got = get_adapter(backend).run_case(spec, **inputs, cotangents=cot, dtype="float64")
     assert sorted(got) == sorted(want)
-    assert_close(want, got, "float64", context=f"torch.{backend} {cell}")
+    assert_close(want, got, "float64", context=f"torch.{backend} {cell}", spec=spec, x=inputs["x"])
 
 
 @pytest.mark.parametrize("backend,cell", [p for p in CELL_BACKENDS if p.values[0] != "compile"])
@@ -86,7 +86,8 @@ def test_float32_matches_the_shared_vector(backend, cell):
     case = load_case(f"{cell}_bidirectional_layers2_lengths_initial_state")
     got = get_adapter(backend).run_case(case.spec, case.params, case.x, case.h0, case.c0, case.lengths,
                                         case.cotangents, dtype="float32")
-    assert_close({**case.expected, **case.grads}, got, "float32", context=f"torch.{backend} {case.name}")
+    assert_close({**case.expected, **case.grads}, got, "float32", context=f"torch.{backend} {case.name}",
+                 spec=case.spec, x=case.x)
 
 
 # ---- the module API ----------------------------------------------------------------------------

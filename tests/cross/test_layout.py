@@ -1,0 +1,148 @@
+"""The shape both framework packages share, and the neutral core.
+
+`torch_impl/` and `jax_impl/` have the same modules with the same roles (docs/architecture.md);
+every module imports on its own; no import cycle at module level (the backends build on the
+driver and the cells, never the reverse); cells are dispatched through tables or cell objects,
+never by comparing names; no private helper is imported across modules; and no module of
+`shared/` imports torch, jax or a framework package (it reaches them through the adapters).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("torch_impl", "jax_impl")
+# The mirrored part of the layout: the same relative module names in both packages.
+MIRRORED = {"", "modules", "driver", "cells", "adapter", "train", "backends", "backends._common", "backends.naive",
+            "backends.bptt", "backends.bptt.lstm_gru", "backends.bptt.cells"}
+# And what only one framework has, each for a reason.
+OWN = {"torch_impl": {"backends.cell_loop", "backends.jit", "backends.eager", "backends.compile", "backends.native",
+                      "backends.bptt.gemm"},
+       "jax_impl": {"functional", "xla_options", "profiling", "backends.scan", "backends.flax_linen",
+                    "backends.flax_nnx", "backends.cudnn", "backends.bptt.common"}}
+
+
+def _modules(package: str) -> list[str]:
+    path = ROOT / package
+    return sorted([package] + [m.name for m in pkgutil.walk_packages([str(path)], f"{package}.")])
+
+
+def _relative(package: str, name: str) -> str:
+    return name[len(package) + 1:] if name != package else ""
+
+
+def _imports(package: str, name: str, modules: list[str]) -> set[str]:
+    """The package's modules `name` imports at module level (imports inside functions are lazy)."""
+    path = ROOT.joinpath(*name.split("."))
+    is_package = path.is_dir()
+    path = path / "__init__.py" if is_package else path.with_suffix(".py")
+    here = name if is_package else name.rpartition(".")[0]
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith(package)}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = here.split(".")
+                target = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith(package):
+                for a in node.names:  # `from . import cells` names a module; `from .cells import x` does not
+                    found.add(f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target)
+    return found - {name}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_layout_is_the_mirrored_one(package):
+    assert {_relative(package, m) for m in _modules(package)} == MIRRORED | OWN[package]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycle_at_module_level(package):
+    modules = _modules(package)
+    graph = {name: _imports(package, name, modules) for name in modules}
+    state: dict[str, str] = {}
+
+    def visit(node, path):
+        if state.get(node) == "done":
+            return
+        assert state.get(node) != "active", f"import cycle: {' -> '.join(path + [node])}"
+        state[node] = "active"
+        for child in graph.get(node, ()):
+            while child not in graph and "." in child:  # `from pkg.mod import name` of a non-module
+                child = child.rpartition(".")[0]
+            visit(child, path + [node])
+        state[node] = "done"
+
+    for name in modules:
+        visit(name, [])
+    for name in (f"{package}.driver", f"{package}.cells"):
+        assert not any(m.startswith(f"{package}.backends") for m in graph[name]), (name, graph[name])
+
+
+@pytest.mark.parametrize("name", [m for p in PACKAGES for m in _modules(p)])
+def test_every_module_imports_on_its_own(name):
+    proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_cell_name_comparisons_outside_the_catalogue(package):
+    pair = re.compile(r'"lstm", "gru"')
+    compare = re.compile(r'(==|!=)\s*"(lstm|gru)"|"(lstm|gru)"\s*(==|!=)|in \("lstm"')
+    for path in (ROOT / package).rglob("*.py"):
+        text = path.read_text()
+        assert not pair.search(text), f"{path}: the literal pair of cell names belongs to shared/cells.py"
+        assert not compare.search(text), f"{path}: dispatch through a table or the cell object"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_private_helper_imported_across_modules(package):
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(package)):
+                private = [a.name for a in node.names if a.name.startswith("_") and a.name != "__future__"]
+                assert not private, f"{path}: imports {private} from {node.module}"
+
+
+def test_shared_imports_no_framework():
+    """Anywhere in shared/, even inside a function: the framework is reached through
+    `shared.registry.framework(name)` (an adapter module named by path), nothing else."""
+    banned = ("torch", "jax", "jaxlib", "flax", "optax", "torch_impl", "jax_impl")
+    for path in (ROOT / "shared").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            bad = [n for n in names if n.split(".")[0] in banned]
+            assert not bad, f"{path}:{node.lineno} imports {bad}"
+
+
+def test_the_catalogue_is_the_one_place_for_the_pair_of_cell_names():
+    pair = re.compile(r'\("lstm", "gru"\)')
+    hits = [p for d in ("shared", "torch_impl", "jax_impl", "benchmarks", "scripts") for p in (ROOT / d).rglob("*.py")
+            if pair.search(p.read_text())]
+    assert [p.relative_to(ROOT).as_posix() for p in hits] == ["shared/cells.py"]
+
+
+def test_framework_adapters_implement_the_protocol():
+    from shared.adapter import FrameworkAdapter
+    from shared.registry import FRAMEWORKS, framework
+
+    for name in FRAMEWORKS:
+        if importlib.util.find_spec(name) is None:
+            continue
+        assert isinstance(framework(name), FrameworkAdapter), name

@@ -1,0 +1,67 @@
+"""torch_impl's declarations (one per backend, next to its code: what the registry used to
+hard-code), its cell objects, aliases, and the module-level `shared.adapter.FrameworkAdapter`
+functions of `torch_impl.adapter`.  The layout both packages share is tests/cross/test_layout.py's.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_impl
+from shared.adapter import FrameworkAdapter
+from shared.capabilities import ANY_CELL
+from shared.cells import CUSTOM_CELLS, STANDARD_CELLS, get_cell
+from torch_impl import adapter, backends
+
+
+def test_declarations_are_what_the_registry_hard_coded():
+    expected = {
+        "naive": dict(cells=STANDARD_CELLS, proj_size=False),
+        "cell_loop": dict(cells=STANDARD_CELLS, proj_size=False),
+        "jit": dict(cells=STANDARD_CELLS, proj_size=True),
+        "eager": dict(cells=ANY_CELL, proj_size=True),
+        "compile": dict(cells=ANY_CELL, proj_size=True),
+        "bptt": dict(cells=("lstm", "gru", "peephole_lstm", "ln_lstm"), proj_size=True),
+        "native": dict(cells=STANDARD_CELLS, proj_size=True),
+    }
+    assert tuple(expected) == backends.BACKENDS
+    for name, want in expected.items():
+        caps = backends.capabilities(name)
+        assert caps is backends.MODULES[name].CAPABILITIES
+        assert adapter.get_adapter(name).capabilities is caps
+        assert dict(cells=caps.cells, proj_size=caps.proj_size) == want, name
+    assert backends.PROJ_BACKENDS == ("jit", "eager", "compile", "bptt", "native")
+    assert backends.CUSTOM_CELL_BACKENDS == ("eager", "compile")
+
+
+def test_the_old_name_of_bptt_is_an_alias():
+    assert backends.ALIASES == {"autograd": "bptt"}
+    assert adapter.get_adapter("autograd").key == "bptt"
+    assert torch_impl.capabilities("autograd") is torch_impl.capabilities("bptt")
+
+
+def test_every_cell_is_a_cell_object():
+    for name in STANDARD_CELLS + CUSTOM_CELLS:
+        cell = torch_impl.cells.get_torch_cell(name)
+        assert cell.defn is get_cell(name) and cell.name == name
+        assert cell.has_cell_state == get_cell(name).has_cell_state
+
+
+def test_framework_adapter_functions():
+    assert isinstance(adapter, FrameworkAdapter)
+    assert adapter.available_backends("cpu") == torch_impl.available_backends("cpu")
+    assert adapter.trainer() is __import__("torch_impl.train").train
+    assert adapter.versions() == {"torch": torch.__version__}
+    adapter.reset_peak_memory("cpu")
+    assert adapter.peak_memory_bytes("cpu") is None
+    threads = torch.get_num_threads()
+    try:
+        adapter.set_threads(1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    rates = adapter.gemm_gflops(16, 8, 12, device="cpu", min_time=0.001)
+    assert set(rates) == {"torch.mm", "onednn"} and rates["torch.mm"] > 0
+    with pytest.raises(ValueError, match="dtype"):
+        adapter.torch_dtype("int7")
