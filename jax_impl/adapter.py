@@ -19,18 +19,16 @@ from collections.abc import Mapping
 import numpy as np
 
 from shared.params import init_params
+from shared.precision import precision
 from shared.spec import RNNSpec
 
 from . import backends, driver
 
-DTYPES = ("float32", "float64")
 DEVICES = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu"}
 
 
 def _enable_x64_if(dtype: str) -> None:
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    if dtype == "float64":
+    if precision(dtype).storage == "float64":  # an unknown dtype raises naming the valid ones
         import jax
         jax.config.update("jax_enable_x64", True)
 
@@ -80,16 +78,20 @@ class JaxAdapter:
             return str(e)
         return backends.unavailable_reason(self.key, device)
 
-    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
-        return (backends.unsupported_reason(self.key, spec, lengths=lengths, dtype=dtype, label=f"jax.{self.key}")
+    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64",
+                           device: str | None = None) -> str | None:
+        return (backends.unsupported_reason(self.key, spec, lengths=lengths, dtype=dtype, device=device,
+                                            label=f"jax.{self.key}")
                 or backends.gradient_reason(self.key, spec))
 
     # ---- parity -----------------------------------------------------------------
-    def _function(self, spec: RNNSpec):
-        """f(x, hx, params, lengths) -> {"output", "h_n"[, "c_n"]}."""
+    def _function(self, spec: RNNSpec, dtype: str = "float32"):
+        """f(x, hx, params, lengths) -> {"output", "h_n"[, "c_n"]}, computing in precision `dtype`'s
+        compute dtype (mixed precision: the arrays stay in their dtype, the rung casts inside)."""
         import jax_impl
+        p = precision(dtype)
         kwargs = dict(num_layers=spec.num_layers, bidirectional=spec.bidirectional, batch_first=spec.batch_first,
-                      backend=self.key, **self.options)
+                      backend=self.key, dtype=p.compute if p.mixed else None, **self.options)
         if spec.cell_def.has_cell_state:
             def f(x, hx, params, lengths=None):
                 out, (h_n, c_n) = jax_impl.rnn(params, x, hx, cell=spec.cell, lengths=lengths,
@@ -109,10 +111,16 @@ class JaxAdapter:
         import jax
         import jax.numpy as jnp
 
+        # the declaration (dtype on this device included); the gradient caveats are the caller's to ask
+        reason = backends.unsupported_reason(self.key, spec, lengths=lengths is not None, dtype=dtype, device=device,
+                                             label=f"jax.{self.key}")
+        if reason:
+            raise driver.UnsupportedConfigError(reason)
         if spec.cell_def.has_cell_state and (h0 is None) != (c0 is None):
             raise ValueError("an LSTM takes h0 and c0 together or neither")
         dev = _device(device)
-        put = lambda a: jax.device_put(jnp.asarray(np.asarray(a), dtype=dtype), dev)  # noqa: E731
+        storage = precision(dtype).storage
+        put = lambda a: jax.device_put(jnp.asarray(np.asarray(a), dtype=storage), dev)  # noqa: E731
         jparams = {k: put(v) for k, v in params.items()}
         jx = put(x)
         hx = None
@@ -126,7 +134,7 @@ class JaxAdapter:
         # One compiled function per case, forward and backward together: eager dispatch
         # would compile every small op of `naive`'s time loop separately, and a vjp of a
         # jitted forward compiles twice.
-        f = self._function(spec)
+        f = self._function(spec, dtype)
         if cotangents is None:
             out = _jit(f, dev)(jx, hx, jparams, jlengths)
             return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
@@ -134,14 +142,14 @@ class JaxAdapter:
         missing = [k for k in names if k not in cotangents]
         if missing:
             raise KeyError(f"cotangents has no {missing} (needs {names})")
-        cot = {k: jax.device_put(jnp.asarray(np.asarray(cotangents[k]), dtype=dtype), dev) for k in names}
+        cot = {k: put(cotangents[k]) for k in names}
 
         def forward_backward(x_, hx_, params_, lengths_, cot_):
             out_, vjp = jax.vjp(lambda a, b, c: f(a, b, c, lengths_), x_, hx_, params_)
             for k in names:
                 if cot_[k].shape != out_[k].shape:
                     raise ValueError(f"cotangent {k!r} has shape {cot_[k].shape}, expected {out_[k].shape}")
-            return out_, vjp(cot_)
+            return out_, vjp({k: c.astype(out_[k].dtype) for k, c in cot_.items()})  # amp: outputs in compute dtype
 
         out, (gx, ghx, gparams) = _jit(forward_backward, dev)(jx, hx, jparams, jlengths, cot)
         result = {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
@@ -174,20 +182,20 @@ class JaxWorkload:
         import jax
         import jax.numpy as jnp
 
-        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(spec, dtype=dtype)
+        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(spec, dtype=dtype, device=device)
         if reason:
             raise RuntimeError(f"cannot build a jax.{adapter.key} workload: {reason}")
         dev = _device(device)
         rng = np.random.default_rng(seed)
-        put = lambda a: jax.device_put(jnp.asarray(a, dtype=dtype), dev)  # noqa: E731
+        put = lambda a: jax.device_put(jnp.asarray(a, dtype=precision(dtype).storage), dev)  # noqa: E731
         self.spec = spec
         self.params = {k: put(v) for k, v in init_params(spec, rng).items()}
         x_shape = (batch, seq_len, spec.input_size) if spec.batch_first else (seq_len, batch, spec.input_size)
         self.x = put(rng.standard_normal(x_shape))
-        f = adapter._function(spec)
+        f = adapter._function(spec, dtype)
         self._forward = _jit(lambda x, params: f(x, None, params)["output"], dev)
-        out_shape = jax.eval_shape(self._forward, self.x, self.params).shape
-        self.g = put(rng.standard_normal(out_shape))
+        out = jax.eval_shape(self._forward, self.x, self.params)
+        self.g = jax.device_put(jnp.asarray(rng.standard_normal(out.shape), dtype=out.dtype), dev)
 
         def loss(params, x, g):
             return jnp.vdot(f(x, None, params)["output"], g)
@@ -309,3 +317,9 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def kernel_isa(device: str) -> str:
+    """The device XLA compiles for: its kind (XLA:CPU targets the host's ISA through LLVM)."""
+    import jax
+    return f"XLA {jax.devices(DEVICES[_check_device_name(device)])[0].device_kind}"

@@ -158,6 +158,11 @@ def check_lengths(lengths, batch: int, T: int) -> jax.Array:
     return lengths.astype(jnp.int32)
 
 
+def default_device() -> str:
+    """The project's name ("cpu", "cuda") of JAX's default platform."""
+    return {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
+
+
 def check_options(name: str, module, options: Mapping) -> None:
     """`TypeError` naming the options backend `name` does not have."""
     unknown = sorted(set(options) - set(module.OPTIONS))
@@ -168,7 +173,7 @@ def check_options(name: str, module, options: Mapping) -> None:
 
 def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional: bool = False,
         batch_first: bool = False, proj_size: int = 0, backend: str | None = None, impl: str | None = None,
-        dropout: float = 0.0, dropout_key=None, between_layers: Callable | None = None, **options):
+        dropout: float = 0.0, dropout_key=None, between_layers: Callable | None = None, dtype=None, **options):
     """Shared body of `lstm`, `gru`, `rnn` and the NNX modules; returns `(output, h_n, c_n or None)`.
 
     `cell` is a catalogue cell name; `backend` (alias `impl`) a name of `BACKENDS`.
@@ -190,6 +195,11 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
                             batch_first=batch_first, proj_size=proj_size)
 
     x = _as_float_array("x", x)
+    if dtype is not None:  # the compute dtype (Flax's `dtype`); the cast is differentiable
+        dtype = jnp.dtype(dtype)
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+        x = x.astype(dtype)
     dtype = x.dtype
     if x.ndim not in (2, 3):
         raise ValueError(f"x must be 3-D ({'(B, T, I)' if batch_first else '(T, B, I)'}) or unbatched 2-D (T, I), "
@@ -234,7 +244,7 @@ def run(cell: str, params: Mapping, x, hx=None, *, lengths=None, num_layers: int
     if lengths is not None:
         lengths = check_lengths(lengths, B, T)
     reason = backends.unsupported_reason(name, spec, lengths=lengths is not None, dtype=jnp.dtype(dtype).name,
-                                         other_floats=True)
+                                         device=default_device())
     if reason is not None:
         raise UnsupportedConfigError(f"backend {name!r} cannot run this configuration: {reason}")
 

@@ -48,7 +48,7 @@ class _RNN(nnx.Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 *, rngs: nnx.Rngs, backend: str | None = None, impl: str | None = None, param_dtype=jnp.float32,
+                 *, rngs: nnx.Rngs, backend: str | None = None, impl: str | None = None, param_dtype=jnp.float32, dtype=None,
                  **backend_options):
         backend = backends.check_backend_name(backends.resolve_backend(backend, impl))  # unknown -> the valid ones
         cells.get_jax_cell(self.cell)  # no JAX step -> error saying how to register one
@@ -59,12 +59,14 @@ class _RNN(nnx.Module):
                        bias=bias, batch_first=batch_first, bidirectional=bidirectional, proj_size=proj_size,
                        dropout=float(dropout))
         driver.check_options(backend, backends.MODULES[backend], backend_options)
-        reason = backends.unsupported_reason(backend, spec, dtype=jnp.dtype(param_dtype).name, other_floats=True)
+        reason = backends.unsupported_reason(backend, spec, dtype=jnp.dtype(dtype or param_dtype).name,
+                                             device=driver.default_device())
         if reason is not None:
             raise driver.UnsupportedConfigError(f"backend {backend!r} cannot run this configuration: {reason}")
         self.spec = spec
         self.backend = backend
         self.backend_options = dict(backend_options)
+        self.dtype = dtype  # Flax's compute dtype (None: the input's); param_dtype stores the parameters
         k = 1.0 / np.sqrt(hidden_size)
         shapes = spec.param_shapes()
         for name, init in param_inits(spec).items():
@@ -122,7 +124,7 @@ class _RNN(nnx.Module):
 
     @classmethod
     def from_torch(cls, module, *, rngs: nnx.Rngs | None = None, backend: str | None = None, impl: str | None = None,
-                   param_dtype=jnp.float32, **backend_options):
+                   param_dtype=jnp.float32, dtype=None, **backend_options):
         """A model with the configuration and weights of a `torch.nn.LSTM` / `torch.nn.GRU`
         (or, for the catalogue cells' classes, of the matching `torch_impl` module)."""
         kwargs = dict(input_size=module.input_size, hidden_size=module.hidden_size, num_layers=module.num_layers,
@@ -133,7 +135,7 @@ class _RNN(nnx.Module):
         if cls is RNN:  # the generic class takes the cell as its first argument
             kwargs["cell"] = module.spec.cell
         model = cls(**kwargs, rngs=rngs if rngs is not None else nnx.Rngs(0), backend=backend, impl=impl,
-                    param_dtype=param_dtype, **backend_options)
+                    param_dtype=param_dtype, dtype=dtype, **backend_options)
         model.load_state_dict(module.state_dict())
         return model
 
@@ -142,7 +144,8 @@ class _RNN(nnx.Module):
         between = self.dropout if self.dropout is not None and not self.dropout.deterministic else None
         return driver.run(self.cell, self.canonical_params(), x, hx, lengths=lengths, num_layers=s.num_layers,
                           bidirectional=s.bidirectional, batch_first=s.batch_first, proj_size=s.proj_size,
-                          backend=self.backend, between_layers=between, **self.backend_options)
+                          backend=self.backend, between_layers=between, dtype=self.dtype,
+                          **self.backend_options)
 
 
 class LSTM(_RNN):
@@ -166,9 +169,9 @@ class GRU(_RNN):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *, rngs: nnx.Rngs,
                  backend: str | None = None, impl: str | None = None,
-                 param_dtype=jnp.float32, **backend_options):
+                 param_dtype=jnp.float32, dtype=None, **backend_options):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
-                         rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype,
+                         rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype, dtype=dtype,
                          **backend_options)
 
     def __call__(self, x, hx=None, *, lengths=None):
@@ -191,10 +194,10 @@ class RNN(_RNN):
     def __init__(self, cell: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *,
                  rngs: nnx.Rngs, backend: str | None = None, impl: str | None = None,
-                 param_dtype=jnp.float32, **backend_options):
+                 param_dtype=jnp.float32, dtype=None, **backend_options):
         self.cell = cell
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
-                         rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype,
+                         rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype, dtype=dtype,
                          **backend_options)
 
     def __call__(self, x, hx=None, *, lengths=None):
@@ -210,14 +213,14 @@ class _NamedCell(RNN):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *,
                  rngs: nnx.Rngs, backend: str | None = None, impl: str | None = None,
-                 param_dtype=jnp.float32, **backend_options):
+                 param_dtype=jnp.float32, dtype=None, **backend_options):
         super().__init__(self.fixed_cell, input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                         bidirectional, rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype,
+                         bidirectional, rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype, dtype=dtype,
                          **backend_options)
 
     @classmethod
     def from_torch(cls, module, *, rngs: nnx.Rngs | None = None, backend: str | None = None, impl: str | None = None,
-                   param_dtype=jnp.float32, **backend_options):
+                   param_dtype=jnp.float32, dtype=None, **backend_options):
         """A model with the configuration and weights of the matching `torch_impl` module."""
         cell = getattr(getattr(module, "spec", None), "cell", None)
         if cell != cls.fixed_cell:
@@ -225,7 +228,7 @@ class _NamedCell(RNN):
                              f"got {type(module).__name__} of cell {cell!r}")
         model = cls(module.input_size, module.hidden_size, module.num_layers, module.bias, module.batch_first,
                     float(module.dropout), module.bidirectional, rngs=rngs if rngs is not None else nnx.Rngs(0),
-                    backend=backend, impl=impl, param_dtype=param_dtype, **backend_options)
+                    backend=backend, impl=impl, param_dtype=param_dtype, dtype=dtype, **backend_options)
         model.load_state_dict(module.state_dict())
         return model
 

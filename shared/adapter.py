@@ -49,8 +49,11 @@ class Adapter(Protocol):
     def unavailable_reason(self, device: str = "cpu") -> str | None:
         """None when this implementation runs on `device` here, else the reason it cannot."""
 
-    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
-        """None when the implementation supports this configuration, else why not."""
+    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64",
+                           device: str | None = None) -> str | None:
+        """None when the implementation supports this configuration (on `device`, when given), else why not.
+
+        `dtype` is a precision name of `shared.precision` (float32, bfloat16, amp_bfloat16, ...)."""
 
     def run_case(self, spec: RNNSpec, params: Mapping[str, np.ndarray], x: np.ndarray,
                  h0: np.ndarray | None = None, c0: np.ndarray | None = None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from . import precision
 from .cells import get_cell
 from .spec import RNNSpec
 
@@ -30,7 +31,7 @@ class Capabilities:
     """
 
     cells: tuple[str, ...] | str = ANY_CELL
-    dtypes: tuple[str, ...] = ("float32", "float64")
+    dtypes: tuple[str, ...] = precision.ALL  # precision names (`shared.precision`)
     devices: tuple[str, ...] = ("cpu", "cuda")
     proj_size: bool = False
     lengths: bool = True
@@ -50,10 +51,14 @@ class Capabilities:
         refusal = self.refuse_cell(name, spec.cell, has_step)
         if refusal is not None:
             return refusal
+        precision.precision(dtype)  # an unknown dtype raises naming the valid ones
         if dtype not in self.dtypes:
             return self.explain("dtype", f"{name} supports dtypes {', '.join(self.dtypes)}, not {dtype}")
         if device is not None and device not in self.devices:
             return self.explain("device", f"{name} runs only on {', '.join(self.devices)}, not {device}")
+        device_reason = precision.device_reason(dtype, device)
+        if device_reason is not None:
+            return f"{name} cannot run {dtype} on {device}: {device_reason}"
         if spec.proj_size and not self.proj_size:
             return self.explain("proj_size", f"{name} does not support proj_size")
         if lengths and not self.lengths:

@@ -33,7 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from . import registry
-from .tolerances import DTYPES, LAMBDA, bounds, case_sizes, max_errors
+from .precision import ALL as DTYPES
+from .precision import device_reason as precision_device_reason
+from .tolerances import LAMBDA, bounds, case_sizes, max_errors
 
 __all__ = ["CellResult", "ParityReport", "FEATURE_GROUPS", "feature_group", "expected_results",
            "case_inputs", "unsupported_reason", "run_cell", "run_matrix", "covering_cases", "SLOW_IMPLS",
@@ -95,9 +97,10 @@ def case_inputs(case) -> dict:
     return {"x": case.x, "h0": case.h0, "c0": case.c0, "lengths": case.lengths}
 
 
-def unsupported_reason(impl_name: str, case, dtype: str) -> str | None:
-    """Why `impl_name` does not support this case in `dtype` (its declaration, its adapter), or None."""
-    return registry.get(impl_name).unsupported_reason(case.spec, lengths=case.lengths is not None, dtype=dtype)
+def unsupported_reason(impl_name: str, case, dtype: str, device: str | None = None) -> str | None:
+    """Why `impl_name` does not support this case in `dtype` on `device` (its declaration, its adapter), or None."""
+    return registry.get(impl_name).unsupported_reason(case.spec, lengths=case.lengths is not None, dtype=dtype,
+                                                      device=device)
 
 
 @dataclass
@@ -122,7 +125,7 @@ def run_cell(impl_name: str, case, dtype: str, device: str = "cpu") -> CellResul
     """Run one implementation on one vector in one dtype and compare with the reference."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    reason = unsupported_reason(impl_name, case, dtype)
+    reason = unsupported_reason(impl_name, case, dtype, device)
     if reason is not None:
         return CellResult(impl_name, case.name, dtype, "n/s", reason=reason)
     adapter = registry.get(impl_name).adapter()
@@ -461,7 +464,9 @@ def cmd_parity(args) -> int:
     if args.threads:  # tiny cases: spare threads only spin on a busy CPU
         for fw in sorted({registry.get(n).framework for n in impls}):
             registry.framework(fw).set_threads(args.threads)
-    dtypes = _select(list(DTYPES), _split(args.dtypes), "dtype")
+    wanted = _split(args.dtypes)
+    dtypes = _select(list(DTYPES), wanted, "dtype") if wanted else \
+        [d for d in DTYPES if precision_device_reason(d, args.device) is None]
     all_cases = list(load_cases())
     wanted_cases = _split(args.cases)
     cases = select_cases(all_cases, wanted_cases) if wanted_cases else all_cases
@@ -513,7 +518,9 @@ def register(subparsers) -> None:
                     "the matrix and write it as JSON and Markdown.  Exits 1 on any failure.")
     p.add_argument("--impls", action="append",
                    help="implementations to run (comma-separated names, or 'torch'/'jax'); default all")
-    p.add_argument("--dtypes", action="append", help="float64,float32 (default both)")
+    p.add_argument("--dtypes", action="append",
+                   help="precisions (shared.precision: float64, float32, bfloat16, float16, amp_bfloat16, "
+                        "amp_float16; default: every one the device has arithmetic for)")
     p.add_argument("--cases", action="append",
                    help="vector cases to run (comma-separated; a name or a substring such as 'lengths')")
     p.add_argument("--out", default="reports/parity", help="directory for parity.json and parity.md")

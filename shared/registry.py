@@ -82,14 +82,16 @@ class Implementation:
             return caps.explain("device", f"{self.name} runs only on {', '.join(caps.devices)}, not {device}")
         return adapter.unavailable_reason(device)
 
-    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
-        """None if this implementation supports the configuration, else the reason."""
+    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64",
+                           device: str | None = None) -> str | None:
+        """None if this implementation supports the configuration (on `device`, when given), else the reason."""
         try:
             if self.capabilities is not None:
-                reason = self.capabilities.unsupported_reason(self.name, spec, lengths=lengths, dtype=dtype)
+                reason = self.capabilities.unsupported_reason(self.name, spec, lengths=lengths, dtype=dtype,
+                                                              device=device)
                 if reason is not None:
                     return reason
-            reason = self.adapter().unsupported_reason(spec, lengths=lengths, dtype=dtype)
+            reason = self.adapter().unsupported_reason(spec, lengths=lengths, dtype=dtype, device=device)
         except Exception as e:
             return f"{self.name}: cannot run cell {spec.cell!r} ({type(e).__name__}: {e})"
         if reason is not None and spec.proj_size and not self.declared().proj_size:

@@ -7,7 +7,8 @@ NumPy reference by maximum absolute error, per array (`key`: "output", "h_n", "c
     tol = LAMBDA * u(dtype) * sqrt(n * d) * max(1, max |reference value|)
 
 - `u(dtype)`: the unit roundoff of the dtype the arithmetic runs in (2^-53 float64, 2^-24
-  float32, 2^-11 float16, 2^-8 bfloat16);
+  float32, 2^-11 float16, 2^-8 bfloat16; a mixed precision such as amp_bfloat16 takes its
+  compute dtype's, `shared.precision`);
 - `n`: the longest sum the value depends on within one step: the gate pre-activation
   W_ih x + W_hh h + b_ih + b_hh, n = input size + h size + 2 of the widest layer (+ H
   with a projection); a weight or bias gradient also sums over every step and sequence,
@@ -39,6 +40,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .precision import precision
+
 UNIT_ROUNDOFF = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 DTYPES = tuple(UNIT_ROUNDOFF)
 LAMBDA = 8.0
@@ -58,10 +61,7 @@ def growth(spec, seq_len: int, batch: int, key: str) -> float:
 
 def tolerance(dtype: str, spec, seq_len: int, batch: int, key: str, magnitude: float) -> float:
     """The bound on the max abs error of array `key` (reference values up to `magnitude`)."""
-    try:
-        u = UNIT_ROUNDOFF[dtype]
-    except KeyError:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}") from None
+    u = UNIT_ROUNDOFF[precision(dtype).compute]  # mixed precision: the arithmetic's dtype
     return LAMBDA * u * growth(spec, seq_len, batch, key) * max(1.0, float(magnitude))
 
 

@@ -63,7 +63,7 @@ class FakeAdapter:
             return "the fake 'absent' implementation is never available"
         return None if device == "cpu" else f"fake runs only on cpu, not {device}"
 
-    def unsupported_reason(self, spec, *, lengths=False, dtype="float64"):
+    def unsupported_reason(self, spec, *, lengths=False, dtype="float64", device=None):
         return None
 
     def run_case(self, spec, params, x, h0=None, c0=None, lengths=None, cotangents=None, *,

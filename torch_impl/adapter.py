@@ -22,15 +22,7 @@ from shared.spec import RNNSpec
 from . import backends
 from .modules import module_for
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def torch_dtype(dtype: str) -> torch.dtype:
-    """The torch dtype of a dtype name ("float32", ...); ValueError naming the valid ones."""
-    try:
-        return _DTYPES[dtype]
-    except KeyError:
-        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}") from None
+from .precision import compute_context, storage_dtype as torch_dtype
 
 
 def build_module(spec: RNNSpec, backend: str, params: Mapping[str, np.ndarray] | None = None, *,
@@ -63,15 +55,17 @@ class TorchAdapter:
     def unavailable_reason(self, device: str = "cpu") -> str | None:
         return backends.unavailable_reason(self.key, device)
 
-    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64") -> str | None:
-        return backends.unsupported_cell_reason(self.key, spec.cell) or self.capabilities.unsupported_reason(f"torch.{self.key}", spec, lengths=lengths, dtype=dtype)
+    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64",
+                           device: str | None = None) -> str | None:
+        return backends.unsupported_cell_reason(self.key, spec.cell) or self.capabilities.unsupported_reason(
+            f"torch.{self.key}", spec, lengths=lengths, dtype=dtype, device=device)
 
     def run_case(self, spec: RNNSpec, params: Mapping[str, np.ndarray], x: np.ndarray,
                  h0: np.ndarray | None = None, c0: np.ndarray | None = None,
                  lengths: np.ndarray | None = None,
                  cotangents: Mapping[str, np.ndarray] | None = None, *,
                  dtype: str = "float64", device: str = "cpu") -> dict[str, np.ndarray]:
-        reason = self.unsupported_reason(spec, lengths=lengths is not None, dtype=dtype) or \
+        reason = self.unsupported_reason(spec, lengths=lengths is not None, dtype=dtype, device=device) or \
             self.unavailable_reason(device)
         if reason:
             raise ValueError(reason)
@@ -89,7 +83,7 @@ class TorchAdapter:
         c0_t = tensor(c0) if c0 is not None else None
         hx = None if h0_t is None else ((h0_t, c0_t) if has_c else h0_t)
         T = x_t.shape[1 if spec.batch_first else 0]
-        with torch.enable_grad():
+        with torch.enable_grad(), compute_context(dtype, torch.device(device).type):
             if lengths is None:
                 output, hidden = module(x_t, hx)
             else:
@@ -102,7 +96,8 @@ class TorchAdapter:
             if c_n is not None:
                 result["c_n"] = c_n
             grads = {}
-            if cotangents is not None:
+        if cotangents is not None:  # backward outside autocast, as autocast's recipe has it
+            with torch.enable_grad():
                 loss = sum((value * torch.as_tensor(np.asarray(cotangents[key]), dtype=tdtype, device=device)).sum()
                            for key, value in result.items())
                 inputs = {"grad/x": x_t}
@@ -120,7 +115,7 @@ class TorchAdapter:
 
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
                       device: str = "cpu", seed: int = 0) -> "TorchWorkload":
-        reason = self.unsupported_reason(spec, dtype=dtype) or self.unavailable_reason(device)
+        reason = self.unsupported_reason(spec, dtype=dtype, device=device) or self.unavailable_reason(device)
         if reason:
             raise ValueError(reason)
         return TorchWorkload(self.key, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed)
@@ -131,22 +126,26 @@ class TorchWorkload:
 
     def __init__(self, backend: str, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str,
                  device: str, seed: int):
-        self.spec, self.device = spec, device
+        self.spec, self.device, self.dtype = spec, device, dtype
         rng = np.random.default_rng(seed)
         self.module = build_module(spec, backend, init_params(spec, rng), dtype=dtype, device=device).eval()
         shape = (batch, seq_len, spec.input_size) if spec.batch_first else (seq_len, batch, spec.input_size)
         tdtype = torch_dtype(dtype)
         self.x = torch.tensor(rng.standard_normal(shape), dtype=tdtype, device=device, requires_grad=True)
 
+    def _run(self):
+        with compute_context(self.dtype, torch.device(self.device).type):
+            return self.module(self.x)
+
     def _loss(self):
-        output, hidden = self.module(self.x)
+        output, hidden = self._run()
         h_n, c_n = hidden if self.spec.cell_def.has_cell_state else (hidden, None)
         loss = output.sum() + h_n.sum()
         return loss if c_n is None else loss + c_n.sum()
 
     def forward(self) -> None:
         with torch.no_grad():
-            self.module(self.x)
+            self._run()
         _sync(self.device)
 
     def train_step(self) -> None:
@@ -208,3 +207,10 @@ def trainer():
 
 def versions() -> dict[str, str]:
     return {"torch": torch.__version__}
+
+
+def kernel_isa(device: str) -> str:
+    """The ISA torch's CPU kernels dispatch to (e.g. "AVX512"), or the CUDA device's name."""
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    return torch.backends.cpu.get_cpu_capability()

@@ -30,6 +30,7 @@ from shared.spec import RNNSpec
 from . import backends, driver
 from .backends import native
 from .cells import get_torch_cell
+from .precision import precision_name
 
 
 class RNNInputError(ValueError, RuntimeError):
@@ -248,11 +249,16 @@ class _RNNBase(nn.Module):
         reason = backends.unavailable_reason(self.backend, device)
         if reason is not None:
             raise BackendUnavailableError(f"backend {self.backend!r} cannot run on {device}: {reason}")
+        name = precision_name(self._flat_weights[0].dtype, device.type)
+        reason = backends.capabilities(self.backend).unsupported_reason(f"torch.{self.backend}", self.spec,
+                                                                        dtype=name, device=device.type)
+        if reason is not None:
+            raise RuntimeError(reason)
 
     def _check_input(self, x: Tensor, packed: bool) -> None:
         """`nn.RNNBase.check_input`'s checks, in its order, types and words (dtype, rank, size, device)."""
         w = self._flat_weights[0]
-        if x.dtype != w.dtype:
+        if x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):  # autocast casts (as nn does)
             raise RNNInputError(f"RNN input dtype ({x.dtype}) does not match weight dtype ({w.dtype}). "
                                 f"Convert input: input.to({w.dtype}), or convert model: model.to({x.dtype})")
         if packed and x.dim() != 2:

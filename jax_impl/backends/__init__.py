@@ -102,13 +102,11 @@ def unsupported_cell_reason(name: str, cell: str, *, label: str | None = None) -
 
 
 def unsupported_reason(name: str, spec, *, lengths: bool = False, dtype: str = "float32",
-                       device: str | None = None, label: str | None = None, other_floats: bool = False) -> str | None:
-    """None when backend `name` computes this configuration (its declaration), else why not
-    (`other_floats`: see `_common.declared_reason`)."""
+                       device: str | None = None, label: str | None = None) -> str | None:
+    """None when backend `name` computes this configuration (its declaration), else why not."""
     name = check_backend_name(name)
     return (unsupported_cell_reason(name, spec.cell, label=label)
-            or declared_reason(name, MODULES[name].CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device,
-                               other_floats=other_floats))
+            or declared_reason(name, MODULES[name].CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device))
 
 
 def gradient_reason(name: str, spec) -> str | None:

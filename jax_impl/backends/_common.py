@@ -10,7 +10,6 @@ from shared.capabilities import ANY_CELL, Capabilities
 from .. import cells
 
 LSTM_CELL_TYPES = ("OptimizedLSTMCell", "LSTMCell")  # the Flax LSTM cells the flax backends can run
-CHECKED_DTYPES = ("float32", "float64")  # the dtypes the declarations speak of (the parity vectors' dtypes)
 
 
 def cell_refusal(label: str, caps: Capabilities, cell: str, runs_it=()) -> str | None:
@@ -24,16 +23,8 @@ def cell_refusal(label: str, caps: Capabilities, cell: str, runs_it=()) -> str |
 
 
 def declared_reason(name: str, caps: Capabilities, spec, *, lengths: bool = False, dtype: str = "float32",
-                    device: str | None = None, other_floats: bool = False) -> str | None:
-    """The declaration's verdict on a configuration (None: `jax.<name>` computes it).
-
-    `other_floats` (the functional API and the modules): a float dtype the declarations do
-    not speak of (float16, bfloat16) runs, unchecked, on a backend that declares both
-    checked dtypes (its math is the same in any dtype); a narrower declaration (cuDNN's
-    float32 kernel) still refuses it.
-    """
-    if other_floats and dtype not in CHECKED_DTYPES and set(CHECKED_DTYPES) <= set(caps.dtypes):
-        dtype = caps.dtypes[0]
+                    device: str | None = None) -> str | None:
+    """The declaration's verdict on a configuration (None: `jax.<name>` computes it)."""
     return (cell_refusal(f"jax.{name}", caps, spec.cell)
             or caps.unsupported_reason(f"jax.{name}", spec, lengths=lengths, dtype=dtype, device=device,
                                        has_step=cells.has_cell))

@@ -24,8 +24,9 @@ import os
 
 import pytest
 
-from shared import parity, registry
-from shared.tolerances import DTYPES, assert_close
+from shared import parity, precision, registry
+from shared.precision import ALL as DTYPES
+from shared.tolerances import assert_close
 
 vectors = pytest.importorskip("shared.vectors", reason="shared vectors have not landed in this checkout")
 
@@ -43,7 +44,8 @@ def _slow_subset(impl: str) -> dict[str, set[str]]:
 
     float64: the covering cases (every feature tag of each cell type); float32: the
     cheapest of them per cell type (the dtype plumbing; float32 precision is exercised
-    on every case by the eager implementations).
+    on every case by the eager implementations); the reduced precisions: the cheapest lstm
+    and gru ones.
     """
     cover = parity.covering_cases(CASES, parity._supported_in_any_dtype(impl, DTYPES))
     cheapest = {}
@@ -52,14 +54,18 @@ def _slow_subset(impl: str) -> dict[str, set[str]]:
         if cell not in cheapest or parity._cost(case) < parity._cost(cheapest[cell]):
             cheapest[cell] = case
     cheap = {c.name for c in cheapest.values()}
-    return {d: ({c.name for c in cover} if d == "float64" else cheap) for d in DTYPES}
+    # reduced precisions: the cheapest lstm and gru vectors (every cell runs them on the eager rungs)
+    plain = {c.name for c in cheapest.values() if c.spec.cell in ("lstm", "gru")}
+    return {d: {c.name for c in cover} if d == "float64" else cheap if d == "float32" else plain for d in DTYPES}
 
 
 SUBSET_ONLY = {} if FULL else {name: _slow_subset(name) for name in AVAILABLE if parity.is_slow(name)}
 
 
-# the dtypes some implementation here declares (the others would be all n/s)
-MATRIX_DTYPES = [d for d in DTYPES if any(d in registry.get(n).declared().dtypes for n in AVAILABLE)]
+# the dtypes some implementation here declares and this CPU has arithmetic for (the others
+# would be all n/s; `test_float16_on_this_cpu_is_refused_or_runs` covers float16)
+MATRIX_DTYPES = [d for d in DTYPES if any(d in registry.get(n).declared().dtypes for n in AVAILABLE)
+                 and precision.device_reason(d, "cpu") is None]
 
 
 def _matrix():
@@ -77,7 +83,7 @@ def _matrix():
 
 @pytest.mark.parametrize("impl,case,dtype", list(_matrix()))
 def test_matches_reference(impl, case, dtype):
-    reason = parity.unsupported_reason(impl, case, dtype)
+    reason = parity.unsupported_reason(impl, case, dtype, "cpu")
     if reason is not None:
         pytest.skip(f"unsupported: {reason}")
     adapter = registry.get(impl).adapter()
@@ -164,7 +170,9 @@ def test_cli_writes_json_and_markdown_and_exits_zero_when_green(tmp_path, capsys
     report = json.loads((tmp_path / "parity.json").read_text())
     assert report["ok"] and report["implementations"] == [impl]
     assert {c["case"] for c in report["cells"]} == {"lstm_default", "gru_lengths_unsorted"}
-    assert all(c["status"] == "pass" for c in report["cells"]) and len(report["cells"]) == 4
+    dtypes = [d for d in precision.ALL if precision.device_reason(d, "cpu") is None]  # the default
+    assert {c["dtype"] for c in report["cells"]} == set(dtypes)
+    assert all(c["status"] == "pass" for c in report["cells"]) and len(report["cells"]) == 2 * len(dtypes)
     md = (tmp_path / "parity.md").read_text()
     assert impl in md and "variable lengths" in md
     assert "all supported cells pass" in capsys.readouterr().out

@@ -153,3 +153,21 @@ def contiguous_grad(t: Tensor) -> Tensor:
     if t.requires_grad and torch.is_grad_enabled() and not under_func_transform():
         return _ContiguousGrad.apply(t)
     return t
+
+
+def in_autocast_dtype(run, cell, p, x, state, lengths):
+    """`run(cell, p, x, state, lengths)`; under autocast, with every float input cast to the
+    autocast dtype and autocast off inside (`torch.amp.custom_fwd(cast_inputs=...)`'s recipe
+    for code autocast cannot see into: an autograd.Function's backward, a TorchScript graph).
+    The casts are recorded outside, so float32 parameters still get float32 gradients."""
+    device_type = x.device.type
+    if not torch.is_autocast_enabled(device_type):
+        return run(cell, p, x, state, lengths)
+    dtype = torch.get_autocast_dtype(device_type)
+
+    def cast(t):
+        return t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+    p = type(p)(*(({k: cast(v) for k, v in f.items()} if isinstance(f, dict) else cast(f)) for f in p))
+    with torch.autocast(device_type, enabled=False):
+        return run(cell, p, cast(x), tuple(cast(s) for s in state), lengths)

@@ -21,7 +21,7 @@ from shared.capabilities import Capabilities
 
 from .. import cells
 from . import eager
-from ._common import recorded
+from ._common import in_autocast_dtype, recorded
 
 
 def lstm_direction(x_proj: Tensor, h: Tensor, c: Tensor, w_hh_t: Tensor, w_hr_t: Optional[Tensor],
@@ -99,5 +99,7 @@ def _run(cell, p, x, state, lengths):
 
 def run_direction(cell, p, x, state, lengths):
     # One node around the scripted graph: TorchScript's own backward supports neither batched
-    # grad_outputs nor (reliably) double backward; `recorded` keeps both working.
-    return recorded(_run, eager.run_direction, cell, p, x, state, lengths)
+    # grad_outputs nor (reliably) double backward; `recorded` keeps both working.  Under
+    # autocast the script runs wholly in the autocast dtype (TorchScript casts only its GEMMs,
+    # and a float32 bias would promote the gates back to float32).
+    return in_autocast_dtype(lambda *args: recorded(_run, eager.run_direction, *args), cell, p, x, state, lengths)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from shared.capabilities import Capabilities
 
 from .. import eager
-from .._common import under_func_transform
+from .._common import in_autocast_dtype, under_func_transform
 from . import cells, lstm_gru
 
 
@@ -36,4 +36,7 @@ CAPABILITIES = Capabilities(
 def run_direction(cell, p, x, state, lengths):
     if x.shape[1] == 0 or under_func_transform():
         return eager.run_direction(cell, p, x, state, lengths)
-    return DIRECTIONS[cell.name](x, state, p, lengths)
+    # Autocast does not reach an autograd.Function's backward: under it the kernels run
+    # wholly in the autocast dtype.
+    return in_autocast_dtype(lambda cell, p, x, state, lengths: DIRECTIONS[cell.name](x, state, p, lengths),
+                             cell, p, x, state, lengths)
