@@ -1,6 +1,6 @@
 """asv suites: every implementation x cell x workload, the study's workloads and harness.
 
-Suites (parametrized over implementation x cell x workload):
+Suites (parametrized over implementation x cell x workload x dtype):
 - `RNN.time_forward`, `RNN.time_train_step` (forward + backward), `RNN.track_gflops`
   (fwd+bwd GFLOP/s, train step = 3x forward FLOPs);
 - `Memory.peakmem_train_step`: peak RSS of a process that built the workload and ran a
@@ -11,6 +11,8 @@ Suites (parametrized over implementation x cell x workload):
 Environment:
 - RNNBENCH_PROFILE = quick | cpu (default) | gpu: the workloads (`shared.study.workloads`);
 - RNNBENCH_DEVICE = cpu | cuda (default cuda for the gpu profile, else cpu);
+- RNNBENCH_DTYPES: comma-separated precisions of `shared.precision` (default
+  float32,bfloat16,amp_bfloat16; quick: float32,amp_bfloat16; gpu: adds float16, amp_float16);
 - RNNBENCH_THREADS (default 2): the same intra-op thread count for torch and XLA, set
   before either is imported;
 - RNNBENCH_CELL_MODULES: comma-separated modules that register your own cells when
@@ -44,21 +46,26 @@ from shared.study.workloads import profile_from_env
 PROFILE, WORKLOADS = profile_from_env()
 DEVICE = os.environ.get("RNNBENCH_DEVICE") or ("cuda" if PROFILE == "gpu" else "cpu")
 THREADS = int(os.environ.get("RNNBENCH_THREADS", DEFAULT_THREADS))
-DTYPE = "float32"
+# The precisions (shared.precision) asv measures: RNNBENCH_DTYPES, comma-separated; a device
+# without the arithmetic (float16 on most CPUs) skips them with the reason.
+DEFAULT_DTYPES = {"quick": "float32,amp_bfloat16", "gpu": "float32,bfloat16,amp_bfloat16,float16,amp_float16"}
+DTYPES = [d.strip() for d in os.environ.get("RNNBENCH_DTYPES", DEFAULT_DTYPES.get(PROFILE,
+                                                                                  "float32,bfloat16,amp_bfloat16"))
+          .split(",") if d.strip()]
 pin_threads(THREADS)  # before torch / jax are imported (they are, lazily, in setup)
 import_cell_modules()  # users' own cells (after pinning: a cell module may import a framework)
 
 _BY_NAME = {w.name: w for w in WORKLOADS}
-PARAMS = [registry.names(), list(CELL_DEFS), list(_BY_NAME)]
-PARAM_NAMES = ["impl", "cell", "workload"]
+PARAMS = [registry.names(), list(CELL_DEFS), list(_BY_NAME), DTYPES]
+PARAM_NAMES = ["impl", "cell", "workload", "dtype"]
 
 
-def _check(impl: str, cell: str, workload: str):
+def _check(impl: str, cell: str, workload: str, dtype: str):
     """The adapter, or NotImplementedError (asv: skipped) saying why it cannot run."""
     row = registry.get(impl)
     w = _BY_NAME[workload]
     spec = w.spec(cell)
-    reason = row.unsupported_reason(spec, dtype=DTYPE) or row.unavailable_reason(DEVICE)
+    reason = row.unsupported_reason(spec, dtype=dtype, device=DEVICE) or row.unavailable_reason(DEVICE)
     if reason:
         raise NotImplementedError(reason)
     registry.framework(row.framework).set_threads(THREADS)
@@ -66,9 +73,9 @@ def _check(impl: str, cell: str, workload: str):
 
 
 @lru_cache(maxsize=1)  # one parameter combination per benchmark process
-def _warm_workload(impl: str, cell: str, workload: str):
-    adapter, w, spec = _check(impl, cell, workload)
-    wl = adapter.make_workload(spec, seq_len=w.seq_len, batch=w.batch, dtype=DTYPE, device=DEVICE, seed=0)
+def _warm_workload(impl: str, cell: str, workload: str, dtype: str):
+    adapter, w, spec = _check(impl, cell, workload, dtype)
+    wl = adapter.make_workload(spec, seq_len=w.seq_len, batch=w.batch, dtype=dtype, device=DEVICE, seed=0)
     for _ in range(2):  # first calls trace / compile; the second settles caches
         wl.forward()
         wl.train_step()
@@ -84,17 +91,17 @@ class RNN:
     warmup_time = 0  # setup warmed up already
     timeout = 600
 
-    def setup(self, impl, cell, workload):
-        self.workload = _warm_workload(impl, cell, workload)
+    def setup(self, impl, cell, workload, dtype):
+        self.workload = _warm_workload(impl, cell, workload, dtype)
         self.flops = _BY_NAME[workload].flops(cell)
 
-    def time_forward(self, impl, cell, workload):
+    def time_forward(self, impl, cell, workload, dtype):
         self.workload.forward()
 
-    def time_train_step(self, impl, cell, workload):
+    def time_train_step(self, impl, cell, workload, dtype):
         self.workload.train_step()
 
-    def track_gflops(self, impl, cell, workload):
+    def track_gflops(self, impl, cell, workload, dtype):
         samples = []
         for _ in range(3):
             t0 = time.perf_counter()
@@ -110,10 +117,10 @@ class Memory:
     param_names = PARAM_NAMES
     timeout = 600
 
-    def setup(self, impl, cell, workload):
-        self.workload = _warm_workload(impl, cell, workload)
+    def setup(self, impl, cell, workload, dtype):
+        self.workload = _warm_workload(impl, cell, workload, dtype)
 
-    def peakmem_train_step(self, impl, cell, workload):
+    def peakmem_train_step(self, impl, cell, workload, dtype):
         self.workload.train_step()
 
 
@@ -124,21 +131,24 @@ class FirstCall:
     repeat = 1
     number = 1
 
-    def setup(self, impl, cell, workload):
+    def setup(self, impl, cell, workload, dtype):
         row = registry.get(impl)
-        reason = row.unsupported_reason(_BY_NAME[workload].spec(cell), dtype=DTYPE) or row.unavailable_reason(DEVICE)
+        reason = (row.unsupported_reason(_BY_NAME[workload].spec(cell), dtype=dtype, device=DEVICE)
+                  or row.unavailable_reason(DEVICE))
         if reason:
             raise NotImplementedError(reason)
 
-    def track_first_call_seconds(self, impl, cell, workload):
+    def track_first_call_seconds(self, impl, cell, workload, dtype):
         from shared.study.runner import run_worker
 
         row = registry.get(impl)
         w = _BY_NAME[workload]
-        job = dict(impl=impl, adapter_key=row.key, cell=cell, workload=w.to_dict(), device=DEVICE, dtype=DTYPE,
+        job = dict(impl=impl, adapter_key=row.key, cell=cell, workload=w.to_dict(), device=DEVICE, dtype=dtype,
                    threads=THREADS, repeats=1, budget_s=0.0, warmup=0, parity=False, seed=0,
                    adapter_path=row.adapter_path or f"{row.framework}_impl.adapter:get_adapter")
         rec = run_worker("measure", job, timeout=self.timeout - 30)
+        if rec.get("status") == "skipped":  # the worker's own check refused it: asv's skip, not a failure
+            raise NotImplementedError(rec.get("reason"))
         if rec.get("first_train_s") is None:
             raise RuntimeError(f"{impl} {cell} {workload}: {rec.get('reason', 'no first-call time')}")
         return rec["first_forward_s"] + rec["first_train_s"]

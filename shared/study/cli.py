@@ -7,7 +7,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from .. import cell_modules, registry
+from .. import cell_modules, precision, registry
 from ..cells import CELL_DEFS, STANDARD_CELLS
 from ..spec import CELLS
 from .threads import DEFAULT_THREADS
@@ -19,6 +19,16 @@ REPORTS = Path("reports")
 
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _precision_list(value: str) -> list[str]:
+    names = [] if value.strip() == "none" else _csv(value)
+    for name in names:
+        try:
+            precision.precision(name)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return names
 
 
 def _cell_list(value: str) -> list[str]:
@@ -105,7 +115,12 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impls", type=_impls, default=None,
                    help="comma-separated implementations (default: every one available here except those the registry opts out, e.g. jax.naive, whose compile takes minutes)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--dtype", choices=precision.ALL, default="float32",
+                   help="the precision of the main measurements (default float32; shared.precision)")
+    p.add_argument("--precisions", type=_precision_list, default=None,
+                   help="comma-separated precisions measured besides --dtype on the first workload, for the "
+                        "report's precision table (compare's default: " + ",".join(precision.REDUCED) +
+                        "; 'none' for none; a device without the arithmetic skips them with the reason)")
     p.add_argument("--repeats", type=_positive_int, default=10,
                    help="timed calls per phase (default 10; fewer past --budget, more under --min-time)")
     p.add_argument("--min-time", type=float, default=0.25,
@@ -182,6 +197,7 @@ def _config(args, out: Path, **overrides):
     from .runner import DEFAULT_SWEEP_IMPLS, StudyConfig
 
     kw = dict(out=out, impls=args.impls, device=args.device, dtype=args.dtype, threads=args.threads,
+              precisions=args.precisions if args.precisions is not None else [],
               repeats=args.repeats, budget_s=args.budget, min_time_s=args.min_time, timeout=args.timeout,
               max_memory_gb=args.max_memory_gb,
               parity=args.parity, resume=args.resume, retry_failed=args.retry_failed,
@@ -220,7 +236,7 @@ def _run_or_explain(config, progress: bool):
 def cmd_compare(args) -> int:
     from .report import write_report
     from .runner import DEFAULT_SWEEP_IMPLS, read_records
-    from .table import collect, custom_cell_rows, custom_rich, rich_table, table_rows
+    from .table import collect, custom_cell_rows, custom_rich, precision_rich, precision_rows, rich_table, table_rows
 
     _load_cell_modules(args)
     cells, custom = select_cells(args.cells, args.custom_cells)
@@ -228,7 +244,8 @@ def cmd_compare(args) -> int:
     out = _out_dir(args)
     config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps,
                      sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS), custom_cells=custom,
-                     custom_workloads=args.custom_workloads or workloads[:1])
+                     custom_workloads=args.custom_workloads or workloads[:1],
+                     precisions=list(precision.REDUCED) if args.precisions is None else args.precisions)
     results = _run_or_explain(config, args.progress)
     if results is None:
         return 130
@@ -237,6 +254,10 @@ def cmd_compare(args) -> int:
     console.print(rich_table([r for r in table_rows(res) if r["group"] == "main"],
                              title=f"rnnbench compare ({args.device}, {args.threads} threads, ratios to torch.native "
                                    "from this run)"))
+    precision_rows_ = [r for r in precision_rows(res) if r["status"] != "skipped"]
+    if any(r["group"] == "precision" for r in precision_rows_):
+        console.print(precision_rich(precision_rows_, "precision (median ms; ratio to float32 nn.LSTM / nn.GRU "
+                                                      "of this run; error / derived bound)"))
     custom_rows = custom_cell_rows(res)
     if custom_rows:
         console.print(custom_rich(custom_rows, "custom cells (fwd+bwd): ratio to plain nn.LSTM / nn.GRU and "

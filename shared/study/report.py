@@ -7,9 +7,24 @@ from pathlib import Path
 
 from . import plots
 from .runner import read_records
+from .table import (
+    PLAIN_NATIVE,
+    Results,
+    collect,
+    custom_cell_rows,
+    custom_cell_skips,
+    custom_markdown,
+    fmt,
+    ladder,
+    ladder_markdown,
+    markdown_table,
+    parity_note,
+    precision_markdown,
+    precision_rows,
+    table_rows,
+    write_csv,
+)
 from .worker import MAX_TIMED_CALLS
-from .table import (PLAIN_NATIVE, Results, collect, custom_cell_rows, custom_cell_skips, custom_markdown, fmt,
-                    ladder, ladder_markdown, markdown_table, parity_note, table_rows, write_csv)
 
 
 def _machine_section(res: Results) -> list[str]:
@@ -88,6 +103,23 @@ def _custom_section(res: Results) -> list[str]:
     return lines
 
 
+def _precision_section(res) -> list[str]:
+    """Per rung and dtype on the precision workload: times over float32 nn.LSTM / nn.GRU, error / bound."""
+    rows = precision_rows(res)
+    if not any(r["group"] == "precision" for r in rows):
+        return []
+    from ..precision import isa_summary
+    return ["## Precision", "",
+            "Median times per dtype (`shared.precision`: bfloat16 / float16 are pure, parameters and "
+            "arithmetic in that dtype; amp_* keep float32 parameters and compute in the reduced dtype: "
+            "`torch.autocast`, Flax `dtype=`), over float32 `torch.native` (nn.LSTM / nn.GRU) of the same "
+            "cell and workload in this run. `error / bound`: the largest error against the float64 "
+            "reference over the parity cases, divided by the derived bound of the tolerance rule for "
+            "that dtype (<= 1 passes). `kernels`: the CPU ISA torch dispatched to "
+            "(`torch.backends.cpu.get_cpu_capability()`).", "",
+            f"CPU reduced-precision features: {isa_summary()}.", "", precision_markdown(rows), ""]
+
+
 def _skipped_section(rows: list[dict]) -> list[str]:
     """One line per implementation and reason, naming the cells and workloads it covers."""
     groups: dict[tuple[str, str], list[str]] = {}
@@ -129,11 +161,12 @@ def write_report(results_path: Path, out_dir: Path | None = None, *, command: st
               "this run (lower is faster). GFLOP/s from `RNNSpec.flops` (fwd+bwd counts 3x the forward FLOPs). "
               "`roof` is the fraction of the GEMM roof above. `1st` columns: the first call, trace + compile "
               "included. Parity: max abs error of outputs and gradients against the float64 reference "
-              "(float32 tolerance 2e-05).", "", markdown_table(main_rows), ""]
+              "(it passes when every error is within the derived bound of the tolerance rule, docs/parity.md).", "", markdown_table(main_rows), ""]
     notes = {parity_note(res, r["impl"], r["cell"]) for r in main_rows} - {None}
     if notes:
         lines += [f"Parity cases: {'; '.join(sorted(notes))}.", ""]
     lines += _custom_section(res)
+    lines += _precision_section(res)
     failed = [r for r in rows if r["status"] == "failed"]
     skipped = [r for r in rows if r["status"] == "skipped"]
     if failed:

@@ -181,6 +181,9 @@ class StudyConfig:
     workloads: list[Workload] = field(default_factory=list)
     device: str = "cpu"
     dtype: str = "float32"
+    # Reduced precisions (shared.precision) measured besides `dtype` on the first workload,
+    # every main cell and implementation: the report's precision table.
+    precisions: list[str] = field(default_factory=list)
     threads: int = DEFAULT_THREADS
     repeats: int = 10
     budget_s: float = 1.0  # per timed phase; at least 3 calls are timed even past it
@@ -258,27 +261,32 @@ def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
             custom = [c for c in custom if c not in family]
     if custom:  # custom cells whose plain cell is not among the main cells
         groups.append(("custom", custom, custom_workloads, impls))
+    groups = [(g, c, w, n, config.dtype) for g, c, w, n in groups]
+    for dtype in config.precisions:
+        if dtype != config.dtype:
+            groups.append(("precision", list(config.cells), config.workloads[:1], impls, dtype))
     if config.sweeps != "none":
         sweep_impls = [i for i in impls if i in config.sweep_impls]
         cells = [c for c in config.sweep_cells if c in config.cells] or list(config.sweep_cells)
         for kind in ("seq_len", "batch"):
-            groups.append((f"sweep-{kind}", cells, sweep(kind, config.sweeps), sweep_impls))
-    for group, cells, workloads, names in groups:
+            groups.append((f"sweep-{kind}", cells, sweep(kind, config.sweeps), sweep_impls, config.dtype))
+    for group, cells, workloads, names, dtype in groups:
         for cell in cells:
             for w in workloads:
                 for name in names:
-                    key = measurement_key(name, cell, w.name, config.device, config.dtype)
+                    key = measurement_key(name, cell, w.name, config.device, dtype)
                     if key in seen:
                         continue
                     seen.add(key)
                     row = registry.get(name)
-                    parity = config.parity and group in ("main", "custom") and (name, cell) not in parity_done
+                    parity = (config.parity and group in ("main", "custom", "precision")
+                              and (name, cell, dtype) not in parity_done)
                     if parity:
-                        parity_done.add((name, cell))
+                        parity_done.add((name, cell, dtype))
                     jobs.append(dict(
                         kind="measurement", key=key, group=group, impl=name, framework=row.framework,
                         rung=row.rung, adapter_key=row.key, cell=cell, workload=w.to_dict(),
-                        workload_name=w.name, device=config.device, dtype=config.dtype,
+                        workload_name=w.name, device=config.device, dtype=dtype,
                         threads=config.threads, repeats=config.repeats, budget_s=config.budget_s,
                         min_time_s=config.min_time_s, warmup=config.warmup, parity=parity, seed=0,
                         phases=["train"] if group == "custom" else ["forward", "train"],

@@ -92,26 +92,34 @@ def table_rows(res: Results) -> list[dict]:
             roof_fraction_train=_ratio(m.get("gflops_train"), roof_g),
             peak_rss_mib=_mib(m.get("peak_rss_bytes")), peak_device_mib=_mib(m.get("peak_device_bytes")),
             first_forward_s=m.get("first_forward_s"), first_train_s=m.get("first_train_s"),
-            parity_max_error=parity_of(res, m["impl"], m["cell"]),
-            parity_ok=parity_ok_of(res, m["impl"], m["cell"]),
+            parity_max_error=parity_of(res, m["impl"], m["cell"], m["dtype"]),
+            parity_ok=parity_ok_of(res, m["impl"], m["cell"], m["dtype"]),
+            parity_bound_ratio=parity_ratio_of(res, m["impl"], m["cell"], m["dtype"]),
+            kernel_isa=m.get("kernel_isa"),
             forward_n=m.get("forward_n"), train_n=m.get("train_n"), threads=m.get("threads"),
         ))
     return rows
 
 
-def parity_of(res: Results, impl: str, cell: str):
-    """The parity error of impl on cell (measured once per impl and cell), or None."""
+def _parity_field(res: Results, impl: str, cell: str, dtype: str | None, key: str):
     for m in reversed(res.measurements):
-        if m["impl"] == impl and m["cell"] == cell and m.get("parity_max_error") is not None:
-            return m["parity_max_error"]
+        if m["impl"] == impl and m["cell"] == cell and dtype in (None, m["dtype"]) and m.get(key) is not None:
+            return m[key]
     return None
 
 
-def parity_ok_of(res: Results, impl: str, cell: str):
-    for m in reversed(res.measurements):
-        if m["impl"] == impl and m["cell"] == cell and m.get("parity_ok") is not None:
-            return m["parity_ok"]
-    return None
+def parity_of(res: Results, impl: str, cell: str, dtype: str | None = None):
+    """The parity error of impl on cell (measured once per impl, cell and dtype), or None."""
+    return _parity_field(res, impl, cell, dtype, "parity_max_error")
+
+
+def parity_ok_of(res: Results, impl: str, cell: str, dtype: str | None = None):
+    return _parity_field(res, impl, cell, dtype, "parity_ok")
+
+
+def parity_ratio_of(res: Results, impl: str, cell: str, dtype: str | None = None):
+    """The largest error / bound of the tolerance rule (<= 1 passes)."""
+    return _parity_field(res, impl, cell, dtype, "parity_bound_ratio")
 
 
 def parity_note(res: Results, impl: str, cell: str) -> str | None:
@@ -351,4 +359,59 @@ def ladder_rich(rows: list[dict], title: str):
         table.add_column(header, justify="left" if kind == "str" else "right")
     for r in rows:
         table.add_row(*_ladder_cells(r), style=None if r["train_ms"] is not None else "red")
+    return table
+
+
+# ---- precision -------------------------------------------------------------------------
+def precision_rows(res: Results, base_dtype: str = "float32") -> list[dict]:
+    """One row per implementation x cell x dtype on the precision group's workload: the
+    `base_dtype` rows of the main group and every "precision" row, each with its time over
+    torch.native in `base_dtype` (float32 nn.LSTM / nn.GRU) of the same run and workload."""
+    rows = table_rows(res)
+    workloads = {r["workload"] for r in rows if r["group"] == "precision"}
+    out = []
+    for r in rows:
+        if r["workload"] not in workloads or r["group"] not in ("main", "precision"):
+            continue
+        if r["group"] == "main" and r["dtype"] != base_dtype:
+            continue
+        native = res.find(NATIVE, r["cell"], r["workload"], r["device"], base_dtype)
+        out.append(dict(r, forward_x_native32=_ratio(r["forward_ms"], _ms(native and native.get("forward_s"))),
+                        train_x_native32=_ratio(r["train_ms"], _ms(native and native.get("train_s")))))
+    from ..precision import ALL
+    out.sort(key=lambda r: (r["cell"], r["framework"] != "torch", r["framework"] or "",
+                            r["rung"] if r["rung"] is not None else 99, r["impl"],
+                            ALL.index(r["dtype"]) if r["dtype"] in ALL else 99))
+    return out
+
+
+PRECISION_COLUMNS = [  # (header, key, kind)
+    ("cell", "cell", "str"), ("impl", "impl", "str"), ("dtype", "dtype", "str"), ("fwd ms", "forward_ms", "ms"),
+    ("fwd+bwd ms", "train_ms", "ms"), ("fwd ×fp32 native", "forward_x_native32", "x"),
+    ("fwd+bwd ×fp32 native", "train_x_native32", "x"), ("error / bound", "parity_bound_ratio", "e"),
+    ("kernels", "kernel_isa", "str")]
+
+
+def _precision_cells(r: dict) -> list[str]:
+    cells = [fmt(r[key], kind) if kind != "str" else str(r[key] or "") for _, key, kind in PRECISION_COLUMNS]
+    if r["status"] not in ("ok", None):
+        cells[2] += f" ({r['status']})"
+    return cells
+
+
+def precision_markdown(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(h for h, _, _ in PRECISION_COLUMNS) + " |",
+             "|" + "|".join("---" if kind == "str" else "---:" for _, _, kind in PRECISION_COLUMNS) + "|"]
+    lines += ["| " + " | ".join(_precision_cells(r)) + " |" for r in rows if r["status"] != "skipped"]
+    return "\n".join(lines)
+
+
+def precision_rich(rows: list[dict], title: str):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for header, _, kind in PRECISION_COLUMNS:
+        table.add_column(header, justify="left" if kind == "str" else "right", no_wrap=kind == "str")
+    for r in rows:
+        table.add_row(*_precision_cells(r), style="red" if r["status"] == "failed" else None)
     return table

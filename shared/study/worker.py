@@ -120,6 +120,9 @@ class _NoFramework:
     def versions(self):
         return {}
 
+    def kernel_isa(self, device):
+        return None
+
 
 def framework_of(job: dict):
     """The FrameworkAdapter functions (`shared.adapter`) of the job's adapter: its module."""
@@ -128,7 +131,8 @@ def framework_of(job: dict):
     module = importlib.import_module(job["adapter_path"].partition(":")[0])
     fallback = _NoFramework()
     return type("Framework", (), {name: staticmethod(getattr(module, name, getattr(fallback, name)))
-                                  for name in ("set_threads", "reset_peak_memory", "peak_memory_bytes", "versions")})
+                                  for name in ("set_threads", "reset_peak_memory", "peak_memory_bytes", "versions",
+                                               "kernel_isa")})
 
 
 # ---- measure ---------------------------------------------------------------------------
@@ -149,11 +153,12 @@ def measure(job: dict, result_path: str) -> dict:
         fw = framework_of(job)
         fw.set_threads(job["threads"])  # the env pinned the pools before import; this sizes the rest
         spec = RNNSpec(job["cell"], w["input_size"], w["hidden_size"])
-        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(spec, dtype=dtype)
+        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(spec, dtype=dtype, device=device)
         if reason:
             save(status="skipped", reason=reason, phase="check")
             return rec
-        save(phase="build", versions=fw.versions(), baseline_rss_bytes=current_rss_bytes())
+        save(phase="build", versions=fw.versions(), baseline_rss_bytes=current_rss_bytes(),
+             kernel_isa=fw.kernel_isa(device))
         fw.reset_peak_memory(device)
         t0 = time.perf_counter()
         wl = adapter.make_workload(spec, seq_len=w["seq_len"], batch=w["batch"], dtype=dtype,
@@ -379,9 +384,10 @@ def probe(job: dict, result_path: str) -> dict:
             for cell in job.get("cells", ()):
                 spec = RNNSpec(cell, 4, 4)
                 for dtype in job.get("dtypes", ()):
-                    why = declared.unsupported_reason(name, spec, dtype=dtype) if declared else None
+                    device = job.get("device")
+                    why = declared.unsupported_reason(name, spec, dtype=dtype, device=device) if declared else None
                     unsupported.setdefault(name, {})[f"{cell}|{dtype}"] = \
-                        why or adapter.unsupported_reason(spec, dtype=dtype)
+                        why or adapter.unsupported_reason(spec, dtype=dtype, device=device)
         except Exception as e:
             reasons[name] = f"{name}: cannot load its adapter ({type(e).__name__}: {e})"
         write_json(result_path, {"status": "running", "reasons": reasons, "unsupported": unsupported})

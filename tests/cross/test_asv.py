@@ -59,8 +59,9 @@ def test_unsupported_implementation_skips_through_asv(tmp_path):
     code = ("import benchmarks.rnn as b\n"
             "assert set(b.PARAMS[0]) >= {'torch.native', 'jax.scan'}, b.PARAMS\n"
             "assert b.PARAMS[1] == ['lstm', 'gru', 'ln_lstm', 'peephole_lstm', 'gru_reset_before'], b.PARAMS\n"
+            "assert b.PARAMS[3] == ['float32', 'amp_bfloat16'], b.PARAMS\n"
             "for impl, cell in (('jax.cudnn', 'gru'), ('torch.native', 'ln_lstm')):\n"
-            "    try:\n        b.RNN().setup(impl, cell, 'quick')\n"
+            "    try:\n        b.RNN().setup(impl, cell, 'quick', 'float32')\n"
             "    except NotImplementedError as e:\n        print('skipped:', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True,
                           text=True, timeout=120)
@@ -77,7 +78,7 @@ def test_quick_smoke_run_against_this_environment(tmp_path):
     env = _env(tmp_path)
     rc, out = _run(["machine", "--yes"], env)
     assert rc == 0, out
-    bench = re.escape(f"RNN.time_forward('{impl}', 'lstm', 'quick')")
+    bench = re.escape(f"RNN.time_forward('{impl}', 'lstm', 'quick', 'amp_bfloat16')")
     rc, out = _run(["run", "--python=same", "--quick", "--dry-run", "--show-stderr", "--bench", bench], env)
     if "Unknown commit" in out or "not a git repository" in out:
         pytest.skip(f"asv cannot see the commit here: {out[-300:]}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from shared import registry
+from shared import precision, registry
 from shared.capabilities import Capabilities
 from shared.cells import STANDARD_CELLS
 from shared.registry import Implementation
@@ -378,11 +378,19 @@ def test_threads_and_subprocess_isolation_settings():
 def test_real_end_to_end_quick_run(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "shared.cli", "compare", "--workloads", "quick", "--impls", "torch.native",
-         "--cells", "lstm", "--sweeps", "none", "--repeats", "3", "--out", str(tmp_path), "--no-progress"],
+         "--cells", "lstm", "--sweeps", "none", "--precisions", "amp_bfloat16,float16", "--repeats", "3",
+         "--out", str(tmp_path), "--no-progress"],
         cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = read_records(tmp_path / "results.jsonl")
-    native = by_impl(records)["torch.native"]
+    by_dtype = {r["dtype"]: r for r in records if r.get("kind") == "measurement"}
+    amp = by_dtype["amp_bfloat16"]
+    assert amp["status"] == "ok" and amp["group"] == "precision" and amp["parity_ok"] is True, amp
+    assert amp["kernel_isa"]
+    if precision.device_reason("float16", "cpu"):
+        assert by_dtype["float16"]["status"] == "skipped" and "float16 on cpu" in by_dtype["float16"]["reason"]
+    assert "## Precision" in (tmp_path / "report.md").read_text()
+    native = by_dtype["float32"]
     assert native["status"] == "ok", native.get("reason")
     assert native["forward_s"] > 0 and native["train_s"] > 0
     assert native["parity_ok"] is True, native
