@@ -38,18 +38,16 @@ import optax  # noqa: E402
 from shared.tasks import Batch, TrainConfig, TrainResult  # noqa: E402
 
 from . import xla_options  # noqa: E402
+from .precision import compute_dtype, storage_dtype  # noqa: E402
 
 __all__ = ["clip_by_global_norm_like_torch", "make_optimizer", "train", "hidden_grad_norms", "rnn_apply"]
 
-DTYPES = {"float32": jnp.float32, "float64": jnp.float64}
 TORCH_CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds this to the norm
 
 
 def _jax_dtype(dtype: str):
-    try:
-        return DTYPES[dtype]
-    except KeyError:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}") from None
+    """The storage dtype of precision `dtype` (parameters, optimizer state, inputs)."""
+    return storage_dtype(dtype)
 
 
 def clip_by_global_norm_like_torch(max_norm: float, eps: float = TORCH_CLIP_EPS) -> optax.GradientTransformation:
@@ -83,14 +81,15 @@ def make_optimizer(config: TrainConfig, clip: str = "torch") -> optax.GradientTr
     return optax.chain(clipper, opt)
 
 
-def rnn_apply(spec, impl: str, rnn_params, x, lengths=None, hx=None):
+def rnn_apply(spec, impl: str, rnn_params, x, lengths=None, hx=None, compute=None):
     """`jax_impl.rnn(cell=spec.cell)` (`lstm`/`gru` or any catalogue cell) on time-major x
-    (T, B, I): (output time-major, state)."""
+    (T, B, I): (output time-major, state); `compute`: the compute dtype (Flax's `dtype`)."""
     import jax_impl
     if spec.batch_first:
         x = jnp.swapaxes(x, 0, 1)
     out, state = jax_impl.rnn(rnn_params, x, hx, cell=spec.cell, lengths=lengths, num_layers=spec.num_layers,
-                              bidirectional=spec.bidirectional, batch_first=spec.batch_first, backend=impl)
+                              bidirectional=spec.bidirectional, batch_first=spec.batch_first, backend=impl,
+                              dtype=compute)
     if spec.batch_first:
         out = jnp.swapaxes(out, 0, 1)
     return out, state
@@ -109,9 +108,10 @@ def _final_features(spec, out, last):
     return features
 
 
-def _loss(spec, impl, params, x, y, lengths, last):
-    out, _ = rnn_apply(spec, impl, params["rnn"], x, lengths)
-    pred = _head(params["head"], _final_features(spec, out, last))
+def _loss(spec, impl, params, x, y, lengths, last, compute=None):
+    out, _ = rnn_apply(spec, impl, params["rnn"], x, lengths, compute=compute)
+    head = params["head"] if compute is None else jax.tree.map(lambda a: a.astype(compute), params["head"])
+    pred = _head(head, _final_features(spec, out, last)).astype(y.dtype)  # the loss in the storage dtype
     return jnp.mean((pred - y) ** 2)
 
 
@@ -124,6 +124,9 @@ def _arrays(batch: Batch, jdt):
 def train(config: TrainConfig, impl: str = "scan", dtype: str = "float64", *, clip: str = "torch",
           rnn_params: dict | None = None, head_params: dict | None = None) -> TrainResult:
     """Train `config.steps` steps with `jax_impl.lstm/gru(impl=...)`; record every step.
+
+    `dtype` is a precision (`shared.precision`): a mixed one keeps float32 parameters, gradients
+    and optax state and computes in its compute dtype (Flax's `dtype`/`param_dtype` policy).
 
     The whole step (loss, gradients, clipping, update) is one jitted function (`jax_impl.jit`); its
     compilation is included in `seconds`.
@@ -141,7 +144,8 @@ def train(config: TrainConfig, impl: str = "scan", dtype: str = "float64", *, cl
 
     @xla_options.jit
     def step(params, opt_state, x, y, lengths, last):
-        loss, grads = jax.value_and_grad(partial(_loss, spec, impl))(params, x, y, lengths, last)
+        loss, grads = jax.value_and_grad(partial(_loss, spec, impl, compute=compute_dtype(dtype)))(
+            params, x, y, lengths, last)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, optax.global_norm(grads)
 

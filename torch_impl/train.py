@@ -26,7 +26,10 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from shared.tasks import Batch, TrainConfig, TrainResult
 
+from shared.precision import precision
+
 from .adapter import torch_dtype as _torch_dtype
+from .precision import compute_context
 
 __all__ = ["RNNRegressor", "train", "hidden_grad_norms", "evaluate_mse", "make_rnn"]
 
@@ -102,25 +105,44 @@ def _optimizer(config: TrainConfig, parameters) -> torch.optim.Optimizer:
 
 
 def train(config: TrainConfig, backend: str = "native", dtype: str = "float64", *,
-          rnn_params: dict | None = None, head_params: dict | None = None) -> TrainResult:
-    """Train `config.steps` steps with `torch_impl.LSTM/GRU(backend=...)`; record every step."""
+          rnn_params: dict | None = None, head_params: dict | None = None, device: str = "cpu") -> TrainResult:
+    """Train `config.steps` steps with `torch_impl.LSTM/GRU(backend=...)`; record every step.
+
+    `dtype` is a precision (`shared.precision`): a mixed one (amp_bfloat16, amp_float16) keeps
+    float32 parameters and optimizer state and runs the forward under `torch.autocast`, the
+    backward outside it; amp_float16 adds `torch.amp.GradScaler` (gradients unscaled before
+    clipping), the CUDA recipe.
+    """
     tdt = _torch_dtype(dtype)
+    p = precision(dtype)
+    scaler = torch.amp.GradScaler(device) if p.mixed and p.compute == "float16" else None
     if rnn_params is None or head_params is None:
         rnn_params, head_params = config.initial_params()
     task = config.make_task()
     start = time.perf_counter()
-    model = RNNRegressor(config.spec(), backend, rnn_params, head_params, dtype)
+    model = RNNRegressor(config.spec(), backend, rnn_params, head_params, dtype).to(device)
     parameters = list(model.parameters())
     opt = _optimizer(config, parameters)
     losses = np.zeros(config.steps)
     norms = np.zeros(config.steps)
     for k in range(config.steps):
         x, y, lengths, last = _tensors(task.batch(k, config.batch_size), tdt)
+        x, y, last = x.to(device), y.to(device), last.to(device)
         opt.zero_grad(set_to_none=True)
-        loss = nn.functional.mse_loss(model(x, lengths, last), y)
-        loss.backward()
+        with compute_context(dtype, torch.device(device).type):
+            pred = model(x, lengths, last)
+        loss = nn.functional.mse_loss(pred.to(y.dtype), y)  # the loss in the storage dtype, as autocast's recipe
+        if scaler is None:
+            loss.backward()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
         norms[k] = float(nn.utils.clip_grad_norm_(parameters, config.clip_norm))
-        opt.step()
+        if scaler is None:
+            opt.step()
+        else:
+            scaler.step(opt)
+            scaler.update()
         losses[k] = float(loss.detach())
     seconds = time.perf_counter() - start
     rnn, head = model.canonical()
@@ -176,5 +198,6 @@ def evaluate_mse(config: TrainConfig, backend: str, rnn_params: dict, head_param
     tdt = _torch_dtype(dtype)
     model = RNNRegressor(config.spec(), backend, rnn_params, head_params, dtype)
     x, y, lengths, last = _tensors(batch, tdt)
-    with torch.no_grad():
-        return float(nn.functional.mse_loss(model(x, lengths, last), y))
+    with torch.no_grad(), compute_context(dtype, "cpu"):
+        pred = model(x, lengths, last)
+    return float(nn.functional.mse_loss(pred.to(y.dtype), y))
