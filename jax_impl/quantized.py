@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from shared.cells import STANDARD_CELLS
 from shared.spec import RNNSpec
 
 METHODS = ("float", "int8_weight_only", "int8_dynamic")
@@ -34,8 +35,8 @@ def _quantize_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def quantize(params: Mapping[str, np.ndarray], spec: RNNSpec) -> dict:
     """The int8 form of canonical lstm/gru parameters: {name: (int8 weight, scale)} and float32 biases."""
-    if spec.cell not in ("lstm", "gru"):
-        raise ValueError(f"int8 layers are built for lstm and gru, not {spec.cell!r}")
+    if spec.cell not in STANDARD_CELLS:
+        raise ValueError(f"int8 layers are built for {', '.join(STANDARD_CELLS)}, not {spec.cell!r}")
     if spec.proj_size:
         raise ValueError("int8 layers do not support proj_size")
     floats = {name: np.asarray(value, np.float32) for name, value in params.items()}
@@ -56,9 +57,9 @@ def _gemm(x: jax.Array, w, method: str) -> jax.Array:
     return acc.astype(jnp.float32) * x_scale[:, None] * scale[None, :]
 
 
-def _step(cell: str, xg, h, c, w_hh, b_hh, method):
+def _step(has_cell_state: bool, xg, h, c, w_hh, b_hh, method):
     hg = _gemm(h, w_hh, method) + (0.0 if b_hh is None else b_hh)
-    if cell == "lstm":  # i, f, g, o
+    if has_cell_state:  # lstm: i, f, g, o
         i, f, g, o = jnp.split(xg + hg, 4, axis=1)
         c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
         return jax.nn.sigmoid(o) * jnp.tanh(c), c
@@ -94,7 +95,7 @@ def run(quantized: dict, x, *, method: str = "int8_dynamic"):
             w_hh = p[f"weight_hh_{s}"]
 
             def body(carry, xg_t, w_hh=w_hh, b_hh=b_hh):
-                h, c = _step(spec.cell, xg_t, carry[0], carry[1], w_hh, b_hh, method)
+                h, c = _step(has_c, xg_t, carry[0], carry[1], w_hh, b_hh, method)
                 return (h, c), h
 
             zeros = jnp.zeros((B, spec.hidden_size), jnp.float32)

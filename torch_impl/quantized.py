@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from shared.cells import STANDARD_CELLS
 from shared.spec import RNNSpec
 
 METHODS = ("float", "ao_dynamic", "torchao_int8_weight_only", "torchao_int8_dynamic")
@@ -45,8 +46,8 @@ class LinearRNN(nn.Module):
 
     def __init__(self, spec: RNNSpec):
         super().__init__()
-        if spec.cell not in ("lstm", "gru"):
-            raise ValueError(f"int8 layers are built for lstm and gru, not {spec.cell!r}")
+        if spec.cell not in STANDARD_CELLS:
+            raise ValueError(f"int8 layers are built for {', '.join(STANDARD_CELLS)}, not {spec.cell!r}")
         if spec.proj_size:
             raise ValueError("int8 layers do not support proj_size")
         self.spec = spec
@@ -59,8 +60,8 @@ class LinearRNN(nn.Module):
     @classmethod
     def from_module(cls, rnn: nn.Module) -> "LinearRNN":
         """The same function as an `nn.LSTM`/`nn.GRU` or `torch_impl.LSTM`/`GRU` (weights copied)."""
-        cell = {"LSTM": "lstm", "GRU": "gru"}.get(getattr(rnn, "mode", ""))
-        if cell is None:
+        cell = str(getattr(rnn, "mode", "")).lower()  # nn.RNNBase.mode: "LSTM", "GRU"
+        if cell not in STANDARD_CELLS:
             raise TypeError(f"expected an LSTM or GRU module, got {type(rnn).__name__}")
         spec = RNNSpec(cell, rnn.input_size, rnn.hidden_size, num_layers=rnn.num_layers, bias=rnn.bias,
                        batch_first=rnn.batch_first, bidirectional=rnn.bidirectional,

@@ -22,7 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("torch_impl", "jax_impl")
 # The mirrored part of the layout: the same relative module names in both packages.
-MIRRORED = {"", "modules", "driver", "cells", "adapter", "train", "backends", "backends._common", "backends.naive",
+MIRRORED = {"", "modules", "driver", "cells", "adapter", "train", "precision", "quantized", "backends", "backends._common",
+            "backends.naive",
             "backends.bptt", "backends.bptt.lstm_gru", "backends.bptt.cells"}
 # And what only one framework has, each for a reason.
 OWN = {"torch_impl": {"backends.cell_loop", "backends.jit", "backends.eager", "backends.compile", "backends.native",
