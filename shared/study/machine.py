@@ -78,6 +78,14 @@ def gpu_name() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (None where the OS has none)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def machine_info(device: str = "cpu", threads: int | None = None) -> dict:
     flags = cpu_flags()
     info = {
@@ -93,6 +101,7 @@ def machine_info(device: str = "cpu", threads: int | None = None) -> dict:
         "git_commit": git_commit(),
         "device": device,
         "threads": threads,
+        "load_average": load_average(),
         # how the JAX rows were compiled: jax_impl.jit's XLA options (jax_impl/xla_options.py)
         "xla_options": os.environ.get("RNNBENCH_XLA", "default"),
     }

@@ -50,6 +50,14 @@ def _machine_section(res: Results) -> list[str]:
         lines.append(f"- rnnbench commit: {m['git_commit']}")
     if meta.get("argv") is not None:
         lines.append(f"- Command: `rnnbench {' '.join(meta['argv'])}`")
+    start = m.get("load_average")
+    end = next((e.get("load_average") for e in reversed(res.ends) if e.get("run_id") == meta.get("run_id")), None)
+    if start or end:
+        cpus = m.get("usable_cpus") or 1
+        busy = any(load and load[0] > 0.5 * cpus + 1 for load in (start, end))
+        lines.append(f"- Load average (1/5/15 min): {start} at the start, {end} at the end"
+                     + (f" -- **the machine was not quiet** (above {0.5 * cpus + 1:.1f} for {cpus} CPUs): treat "
+                        "absolute times with suspicion; same-run ratios hold better" if busy else ""))
     lines.append(f"- Timing: first call (trace + compile) timed apart; then {meta.get('repeats')} timed calls "
                  f"per phase (at least 3; fewer past {meta.get('budget_s')} s; fast calls timed on for "
                  f"{meta.get('min_time_s', 0)} s, at most {MAX_TIMED_CALLS}), medians reported; "
@@ -101,6 +109,17 @@ def _custom_section(res: Results) -> list[str]:
         lines += ["Not measured (the implementation does not run the cell; reasons under Skipped): "
                   + "; ".join(f"{impl} ({', '.join(cells)})" for impl, cells in skips.items()) + ".", ""]
     return lines
+
+
+def _sanity_section(rows: list[dict]) -> list[str]:
+    """The rows whose figures are impossible or suspect (marked ⚠ in the tables): not results."""
+    flagged = [r for r in rows if r.get("flags")]
+    if not flagged:
+        return []
+    return (["## Sanity", "",
+             "These rows (⚠) are not results as they stand: re-measure them on a quiet machine "
+             "(`rnnbench compare --resume --retry-failed` re-runs failures; delete a row's record to re-run it).", ""]
+            + [f"- {r['impl']} {r['cell']} {r['workload']} {r['dtype']}: {r['flags']}" for r in flagged] + [""])
 
 
 def _precision_section(res) -> list[str]:
@@ -165,6 +184,7 @@ def write_report(results_path: Path, out_dir: Path | None = None, *, command: st
     notes = {parity_note(res, r["impl"], r["cell"]) for r in main_rows} - {None}
     if notes:
         lines += [f"Parity cases: {'; '.join(sorted(notes))}.", ""]
+    lines += _sanity_section(main_rows + [r for r in rows if r["group"] != "main"])
     lines += _custom_section(res)
     lines += _precision_section(res)
     failed = [r for r in rows if r["status"] == "failed"]

@@ -328,7 +328,7 @@ def _progress(enabled: bool, total: int):
 
 def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
     """Run (or resume) the study into `config.out`; return the path of results.jsonl."""
-    from .machine import machine_info
+    from .machine import load_average, machine_info
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -396,4 +396,5 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
             if rec.get("status") == "failed":
                 log(f"  {job['impl']} {job['cell']} {job['workload_name']}: FAILED: {rec.get('reason')}")
             bar.advance(task)
+    append_record(results, dict(kind="end", run_id=run_id, finished=_now(), load_average=load_average()))
     return results

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 NATIVE = "torch.native"
@@ -22,6 +22,7 @@ class Results:
     roofs: dict[tuple[str, str, str], dict]  # (cell, workload, device) -> roof row
     unavailable: dict[str, str]  # impl -> reason (latest run)
     metas: list[dict]
+    ends: list[dict] = field(default_factory=list)  # one per finished run: its end time and load
 
     def find(self, impl: str, cell: str, workload: str, device: str, dtype: str) -> dict | None:
         for m in self.measurements:
@@ -37,6 +38,7 @@ def collect(records: list[dict]) -> Results:
     roofs: dict[tuple[str, str, str], dict] = {}
     unavailable: dict[str, str] = {}
     metas: list[dict] = []
+    ends: list[dict] = []
     last_run = None
     for r in records:
         kind = r.get("kind")
@@ -52,7 +54,9 @@ def collect(records: list[dict]) -> Results:
             roofs[(r["cell"], r["workload"], r["device"])] = r
         elif kind == "unavailable" and r.get("run_id") in (last_run, None):
             unavailable[r["impl"]] = r["reason"]
-    return Results([latest[k] for k in order], roofs, unavailable, metas)
+        elif kind == "end":
+            ends.append(r)
+    return Results([latest[k] for k in order], roofs, unavailable, metas, ends)
 
 
 def _family(cell: str) -> str:
@@ -67,6 +71,29 @@ def _ratio(a, b):
     return a / b
 
 
+NOISY_IQR = 1 / 3  # an IQR wider than this fraction of the median is noise, not a result
+
+
+def sanity_flags(row: dict) -> list[str]:
+    """What makes a row's figures impossible or suspect (empty: it reads as a result).
+
+    A roof fraction above 100% is impossible (the roof bounds every rung); a forward slower
+    than its own forward+backward is suspect; an IQR wider than a third of the median is
+    noise (the machine was busy)."""
+    flags = []
+    for phase in ("forward", "train"):
+        frac = row.get(f"roof_fraction_{phase}")
+        if frac is not None and frac > 1.0:
+            flags.append(f"roof {phase} {100 * frac:.1f}% > 100%")
+    if row.get("forward_ms") and row.get("train_ms") and row["forward_ms"] > row["train_ms"]:
+        flags.append("forward slower than forward+backward")
+    for phase in ("forward", "train"):
+        median, iqr = row.get(f"{phase}_ms"), row.get(f"{phase}_iqr_ms")
+        if median and iqr is not None and iqr > NOISY_IQR * median:
+            flags.append(f"{phase} IQR {iqr / median:.0%} of the median")
+    return flags
+
+
 def table_rows(res: Results) -> list[dict]:
     """One row per measurement with the derived columns."""
     rows = []
@@ -77,6 +104,8 @@ def table_rows(res: Results) -> list[dict]:
             # compare with its family's plain cell, nn.LSTM or nn.GRU
             native = res.find(NATIVE, _family(m["cell"]), m["workload_name"], m["device"], m["dtype"])
         roof = res.roofs.get((m["cell"], m["workload_name"], m["device"]))
+        if roof and roof.get("dtype", "float32") != m["dtype"]:
+            roof = None  # the roof's GEMMs ran in float32: it says nothing of a bf16 row
         roof_g = roof.get("roof_gflops") if roof else None
         rows.append(dict(
             impl=m["impl"], framework=m.get("framework"), rung=m.get("rung"), group=m.get("group", "main"),
@@ -98,6 +127,7 @@ def table_rows(res: Results) -> list[dict]:
             kernel_isa=m.get("kernel_isa"),
             forward_n=m.get("forward_n"), train_n=m.get("train_n"), threads=m.get("threads"),
         ))
+        rows[-1]["flags"] = "; ".join(sanity_flags(rows[-1]))
     return rows
 
 
@@ -178,6 +208,8 @@ def formatted(row: dict) -> list[str]:
         cells[where[col]] = row["status"].upper()
     if row.get("parity_ok") is False:
         cells[where["parity_max_error"]] += " (over tolerance)"
+    if row.get("flags"):  # not a result as it stands: marked where it is read (listed under Sanity)
+        cells[where["impl"]] += " ⚠"
     return cells
 
 
@@ -205,7 +237,8 @@ CSV_FIELDS = ["impl", "framework", "rung", "group", "cell", "workload", "device"
               "forward_ms", "forward_iqr_ms", "train_ms", "train_iqr_ms", "forward_x_native", "train_x_native",
               "gflops_forward", "gflops_train", "roof_gflops", "roof_library", "roof_fraction_forward",
               "roof_fraction_train", "peak_rss_mib", "peak_device_mib", "first_forward_s", "first_train_s",
-              "parity_max_error", "parity_ok", "forward_n", "train_n", "threads"]
+              "parity_max_error", "parity_ok", "forward_n", "train_n", "threads",
+              "parity_bound_ratio", "kernel_isa", "flags"]
 
 
 def write_csv(rows: list[dict], path: Path) -> None:

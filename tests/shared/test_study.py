@@ -408,3 +408,61 @@ def test_study_modules_import_no_framework():
             "assert not heavy, heavy\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_worker_saves_the_median_and_iqr_of_its_timed_calls(monkeypatch, tmp_path):
+    """What `measure` saves is the median (not the min, not the mean) of the samples, and their IQR."""
+    from shared.study import worker
+    monkeypatch.syspath_prepend(str(TESTS))
+    samples = {"forward": [0.5, 0.1, 0.2], "train": [1.0, 3.0, 2.0, 10.0]}
+    calls = []
+
+    def fake_time_calls(fn, *args, **kwargs):
+        calls.append(fn.__name__)
+        return list(samples["forward" if fn.__name__ == "forward" else "train"])
+
+    monkeypatch.setattr(worker, "time_calls", fake_time_calls)
+    w = workloads.resolve("quick")[0]
+    job = dict(impl="fake.native", adapter_key="native", adapter_path=FAKE, cell="lstm", workload=w.to_dict(),
+               workload_name=w.name, device="cpu", dtype="float32", threads=1, repeats=3, budget_s=1.0, warmup=0,
+               parity=False, seed=0, phases=["forward", "train"])
+    rec = worker.measure(job, str(tmp_path / "rec.json"))
+    assert rec["status"] == "ok", rec.get("reason")
+    assert calls == ["forward", "train_step"]
+    assert rec["forward_s"] == 0.2 and rec["forward_n"] == 3
+    assert rec["train_s"] == 2.5 and rec["train_n"] == 4
+    assert rec["train_iqr_s"] == pytest.approx(summarize(samples["train"])["iqr"]) and rec["train_iqr_s"] > 0
+
+
+def test_sanity_flags_name_impossible_and_noisy_rows():
+    from shared.study.table import sanity_flags
+    ok = dict(roof_fraction_forward=0.8, roof_fraction_train=0.9, forward_ms=100.0, train_ms=300.0,
+              forward_iqr_ms=10.0, train_iqr_ms=20.0)
+    assert sanity_flags(ok) == []
+    bad = dict(ok, roof_fraction_forward=240.59, forward_ms=2808.0, train_ms=372.0, train_iqr_ms=200.0)
+    flags = sanity_flags(bad)
+    assert flags[0].startswith("roof forward 24059.0% > 100%")
+    assert "forward slower than forward+backward" in flags
+    assert "train IQR 54% of the median" in flags
+
+
+def test_report_marks_flagged_rows_and_a_busy_machine(tmp_path):
+    meta = dict(kind="meta", run_id="r1", started="t", argv=None, device="cpu", dtype="float32", threads=2,
+                repeats=3, budget_s=1.0, min_time_s=0.1, timeout=60, resumed=False,
+                machine=dict(cpu="test cpu", usable_cpus=2, logical_cpus=2, load_average=[7.5, 6.0, 5.0]))
+    common = dict(kind="measurement", run_id="r1", group="main", cell="lstm", workload_name="quick",
+                  workload=workloads.resolve("quick")[0].to_dict(), device="cpu",
+                  dtype="float32", status="ok", framework="torch", rung=6)
+    rows = [dict(common, key="a", impl="torch.native", forward_s=0.1, train_s=0.3, forward_iqr_s=0.001,
+                 train_iqr_s=0.002),
+            dict(common, key="b", impl="torch.naive", rung=0, forward_s=2.8, train_s=0.37, forward_iqr_s=0.01,
+                 train_iqr_s=0.2)]
+    path = tmp_path / "results.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [meta, *rows, dict(kind="end", run_id="r1",
+                                                                        load_average=[8.0, 7.0, 6.0])]) + "\n")
+    text = write_report(path, tmp_path).read_text()
+    assert "the machine was not quiet" in text and "[7.5, 6.0, 5.0] at the start, [8.0, 7.0, 6.0] at the end" in text
+    sanity = text[text.index("## Sanity"):]
+    assert "- torch.naive lstm quick float32: forward slower than forward+backward; train IQR 54% of the median" \
+        in sanity
+    assert "| torch.naive ⚠ |" in text and "| torch.native |" in text
