@@ -14,7 +14,7 @@ ASV := $(VENV)/bin/asv
 RANGE ?= HEAD~5..HEAD
 BENCH_ARGS ?=
 
-.PHONY: venv run test ladder parity parity-quick bench bench-quick bench-history bench-publish profile-torch profile-jax vectors vectors-check gpu-check clean
+.PHONY: venv run test ladder parity parity-quick bench bench-quick bench-history bench-compare bench-publish profile-torch profile-jax vectors vectors-check gpu-check clean
 
 venv: $(STAMP)
 
@@ -50,6 +50,10 @@ bench-quick: venv
 bench-history: venv
 	$(ASV) machine --yes
 	$(ASV) run $(RANGE) $(BENCH_ARGS); s=$$?; $(ASV) publish && exit $$s
+
+# the regression gate: asv continuous BASE..HEAD; non-zero exit when something got slower (scripts/bench_compare.sh)
+bench-compare: venv
+	bash scripts/bench_compare.sh $(BASE) $(or $(HEAD),HEAD)
 
 bench-publish: venv
 	$(ASV) publish

@@ -5,6 +5,8 @@ Suites (parametrized over implementation x cell x workload x dtype):
   (fwd+bwd GFLOP/s, train step = 3x forward FLOPs);
 - `Memory.peakmem_train_step`: peak RSS of a process that built the workload and ran a
   train step;
+- `RatioToNative.track_train_ratio`: fwd+bwd time over float32 nn.LSTM / nn.GRU of the same
+  workload, both timed alternately in one process (robust to machine noise);
 - `FirstCall.track_first_call_seconds`: first forward + first train step (trace +
   compile) in a fresh process (`shared.study.worker`), so no cache of this process helps.
 
@@ -39,7 +41,7 @@ from functools import lru_cache
 
 from shared import registry
 from shared.cell_modules import import_cell_modules
-from shared.cells import CELL_DEFS
+from shared.cells import CELL_DEFS, STANDARD_CELLS, get_cell
 from shared.study.threads import DEFAULT_THREADS, pin_threads
 from shared.study.workloads import profile_from_env
 
@@ -72,14 +74,18 @@ def _check(impl: str, cell: str, workload: str, dtype: str):
     return row.adapter(), w, spec
 
 
-@lru_cache(maxsize=1)  # one parameter combination per benchmark process
-def _warm_workload(impl: str, cell: str, workload: str, dtype: str):
+def _build(impl: str, cell: str, workload: str, dtype: str):
     adapter, w, spec = _check(impl, cell, workload, dtype)
     wl = adapter.make_workload(spec, seq_len=w.seq_len, batch=w.batch, dtype=dtype, device=DEVICE, seed=0)
     for _ in range(2):  # first calls trace / compile; the second settles caches
         wl.forward()
         wl.train_step()
     return wl
+
+
+@lru_cache(maxsize=1)  # one parameter combination per benchmark process
+def _warm_workload(impl: str, cell: str, workload: str, dtype: str):
+    return _build(impl, cell, workload, dtype)
 
 
 class RNN:
@@ -110,6 +116,37 @@ class RNN:
         return 3 * self.flops / statistics.median(samples) / 1e9
 
     track_gflops.unit = "GFLOP/s"
+
+
+class RatioToNative:
+    """Forward+backward time over float32 `torch.native` (nn.LSTM / nn.GRU, the cell's family)
+    on the same workload, both built in this process and timed alternately: machine noise
+    that moves absolute times by tens of percent between runs moves both sides together.
+    The gate (`make bench-compare`) judges these before the absolute times."""
+
+    params = PARAMS
+    param_names = PARAM_NAMES
+    timeout = 600
+    repeat = 1
+    number = 1
+    pairs = 7  # alternate calls per side
+
+    def setup(self, impl, cell, workload, dtype):
+        if impl == "torch.native" and dtype == "float32" and cell in STANDARD_CELLS:
+            raise NotImplementedError("the baseline itself: its ratio is 1 by definition")
+        self.rung = _build(impl, cell, workload, dtype)
+        self.native = _build("torch.native", get_cell(cell).family, workload, "float32")
+
+    def track_train_ratio(self, impl, cell, workload, dtype):
+        times = {"rung": [], "native": []}
+        for _ in range(self.pairs):
+            for side, wl in (("native", self.native), ("rung", self.rung)):
+                t0 = time.perf_counter()
+                wl.train_step()
+                times[side].append(time.perf_counter() - t0)
+        return statistics.median(times["rung"]) / statistics.median(times["native"])
+
+    track_train_ratio.unit = "x float32 nn.LSTM/nn.GRU"
 
 
 class Memory:

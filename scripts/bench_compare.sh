@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The asv regression gate: `asv continuous BASE HEAD` on one profile; exits non-zero, with
+# asv's table, when a benchmark got slower than FACTOR or failed at HEAD.
+#
+#   scripts/bench_compare.sh BASE [HEAD]          (make bench-compare BASE=<rev> [HEAD=<rev>])
+#
+# Environment: FACTOR (default 1.3), BENCH (asv's -b regex; default the same-process ratio
+# benchmarks and the train step), RNNBENCH_PROFILE (default quick), RNNBENCH_DTYPES (default
+# float32), ASV (default the venv's asv).  asv builds one virtualenv from the pinned
+# requirements (the first run takes minutes) and installs each commit into it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BASE="${1:-}"
+HEAD="${2:-HEAD}"
+ASV="${ASV:-.venv/bin/python -m asv}"
+FACTOR="${FACTOR:-1.3}"
+BENCH="${BENCH:-RatioToNative.track_train_ratio|RNN.time_train_step}"
+die() { echo "bench-compare: $*" >&2; exit 2; }
+
+[ -n "$BASE" ] || die "BASE is required: make bench-compare BASE=<rev> [HEAD=<rev>], e.g. BASE=main~1 or BASE=origin/main"
+for rev in "$BASE" "$HEAD"; do
+    git rev-parse --verify --quiet "$rev^{commit}" >/dev/null \
+        || die "unknown revision '$rev': git cannot find it here (fetch it, or check the name with git log --oneline)"
+done
+if ! git diff --quiet || ! git diff --cached --quiet; then
+    die "the working tree has uncommitted changes; asv benchmarks commits, not the working tree: commit or stash them first"
+fi
+[ "$(git rev-parse "$BASE^{commit}")" != "$(git rev-parse "$HEAD^{commit}")" ] \
+    || die "BASE and HEAD are the same commit ($(git rev-parse --short "$HEAD")): nothing to compare"
+
+$ASV machine --yes >/dev/null
+echo "bench-compare: $BASE..$HEAD, factor $FACTOR, benchmarks /$BENCH/, profile ${RNNBENCH_PROFILE:-quick}"
+# --interleave-rounds alternates the two commits' processes; a benchmark that fails at HEAD
+# (and ran at BASE) makes asv exit non-zero too.
+RNNBENCH_PROFILE="${RNNBENCH_PROFILE:-quick}" RNNBENCH_DTYPES="${RNNBENCH_DTYPES:-float32}" \
+    $ASV continuous --factor "$FACTOR" --split --interleave-rounds -a rounds=2 --show-stderr \
+    -b "$BENCH" "$BASE" "$HEAD"
