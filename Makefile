@@ -39,7 +39,7 @@ ladder: venv
 # asv: record this commit in the current env, then publish (publishes even if a benchmark failed; keeps the exit code)
 bench: venv
 	$(ASV) machine --yes
-	$(ASV) run --python=same --set-commit-hash $$(git rev-parse HEAD) $(BENCH_ARGS); s=$$?; $(ASV) publish && exit $$s
+	$(ASV) run --python=same --set-commit-hash $$(git rev-parse HEAD) $(BENCH_ARGS); s=$$?; $(ASV) publish && $(PY) scripts/asv_offline.py .asv/html && exit $$s
 
 bench-quick: venv
 	$(ASV) check --python=same
@@ -49,7 +49,7 @@ bench-quick: venv
 # asv builds its own virtualenv per commit (pinned CPU deps) and back-fills history
 bench-history: venv
 	$(ASV) machine --yes
-	$(ASV) run $(RANGE) $(BENCH_ARGS); s=$$?; $(ASV) publish && exit $$s
+	$(ASV) run $(RANGE) $(BENCH_ARGS); s=$$?; $(ASV) publish && $(PY) scripts/asv_offline.py .asv/html && exit $$s
 
 # the regression gate: asv continuous BASE..HEAD; non-zero exit when something got slower (scripts/bench_compare.sh)
 bench-compare: venv
@@ -57,6 +57,7 @@ bench-compare: venv
 
 bench-publish: venv
 	$(ASV) publish
+	$(PY) scripts/asv_offline.py .asv/html
 
 profile-torch: venv
 	$(PY) scripts/profile_torch.py time --clock process --threads 1
