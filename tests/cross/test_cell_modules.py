@@ -101,7 +101,7 @@ def test_without_the_module_an_own_cell_is_an_error_that_says_how():
 def test_asv_suites_take_the_cells_of_the_cell_modules():
     code = ("import benchmarks.rnn as b\n"
             "assert b.PARAMS[1] == ['lstm', 'gru', 'ln_lstm', 'peephole_lstm', 'gru_reset_before', 'mgu'], b.PARAMS\n"
-            "b.RNN().setup('torch.eager', 'mgu', 'quick')\n"
+            "b.RNN().setup('torch.eager', 'mgu', 'quick', 'amp_bfloat16')\n"
             "print('mgu set up')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env=_env(RNNBENCH_PROFILE="quick", **{cell_modules.ENV: "own_cell_module"}))
