@@ -107,6 +107,9 @@ def table_rows(res: Results) -> list[dict]:
         if roof and roof.get("dtype", "float32") != m["dtype"]:
             roof = None  # the roof's GEMMs ran in float32: it says nothing of a bf16 row
         roof_g = roof.get("roof_gflops") if roof else None
+        roof_lib = roof.get("best") if roof else None
+        if roof and m.get("framework") == "jax" and roof.get("roof_xla_gflops"):
+            roof_g, roof_lib = roof["roof_xla_gflops"], "xla"  # each framework against its own GEMM library
         rows.append(dict(
             impl=m["impl"], framework=m.get("framework"), rung=m.get("rung"), group=m.get("group", "main"),
             cell=m["cell"], workload=m["workload_name"], device=m["device"], dtype=m["dtype"],
@@ -116,7 +119,7 @@ def table_rows(res: Results) -> list[dict]:
             forward_x_native=_ratio(m.get("forward_s"), native and native.get("forward_s")),
             train_x_native=_ratio(m.get("train_s"), native and native.get("train_s")),
             gflops_forward=m.get("gflops_forward"), gflops_train=m.get("gflops_train"),
-            roof_gflops=roof_g, roof_library=roof.get("best") if roof else None,
+            roof_gflops=roof_g, roof_library=roof_lib,
             roof_fraction_forward=_ratio(m.get("gflops_forward"), roof_g),
             roof_fraction_train=_ratio(m.get("gflops_train"), roof_g),
             peak_rss_mib=_mib(m.get("peak_rss_bytes")), peak_device_mib=_mib(m.get("peak_device_bytes")),

@@ -396,6 +396,9 @@ def test_real_end_to_end_quick_run(tmp_path):
     assert native["parity_ok"] is True, native
     roofs = [r for r in records if r.get("kind") == "roof"]
     assert roofs and roofs[0]["step_mm_gflops"] > 0 and roofs[0]["best"] in ("mm", "onednn")
+    if importlib.util.find_spec("jax") is not None:  # each framework's own GEMM library
+        assert roofs[0]["step_xla_gflops"] > 0 and roofs[0]["roof_xla_gflops"] > 0
+        assert "roof XLA" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "report.md").stat().st_size > 0
     assert "torch.native" in proc.stdout
 
