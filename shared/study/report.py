@@ -22,6 +22,8 @@ from .table import (
     precision_markdown,
     precision_rows,
     table_rows,
+    what_to_use,
+    what_to_use_markdown,
     write_csv,
 )
 from .worker import MAX_TIMED_CALLS
@@ -145,6 +147,22 @@ def _custom_section(res: Results) -> list[str]:
     return lines
 
 
+def _what_to_use_section(res: Results) -> list[str]:
+    rows, flips = what_to_use(res)
+    if not rows:
+        return []
+    lines = ["## What to use (computed from this run)", "",
+             "Per cell, workload and mode, the fastest rung of this run (median time), the fastest of each "
+             "framework and their ratio, and what the winner costs on its first call and in memory. Rows "
+             "whose times are flagged under Sanity (noise, a forward slower than its forward+backward) do not "
+             "compete.", "", what_to_use_markdown(rows), ""]
+    if flips:
+        lines += ["The answer changes with the workload:", ""] + [f"- {f}" for f in flips] + [""]
+    else:
+        lines += ["The same rung wins on every workload of this run, in each mode.", ""]
+    return lines
+
+
 def _sanity_section(rows: list[dict]) -> list[str]:
     """The rows whose figures are impossible or suspect (marked ⚠ in the tables): not results."""
     flagged = [r for r in rows if r.get("flags")]
@@ -218,6 +236,7 @@ def write_report(results_path: Path, out_dir: Path | None = None, *, command: st
     notes = {parity_note(res, r["impl"], r["cell"]) for r in main_rows} - {None}
     if notes:
         lines += [f"Parity cases: {'; '.join(sorted(notes))}.", ""]
+    lines += _what_to_use_section(res)
     lines += _sanity_section(main_rows + [r for r in rows if r["group"] != "main"])
     lines += _custom_section(res)
     lines += _precision_section(res)

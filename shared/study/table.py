@@ -130,7 +130,10 @@ def table_rows(res: Results) -> list[dict]:
             kernel_isa=m.get("kernel_isa"),
             forward_n=m.get("forward_n"), train_n=m.get("train_n"), threads=m.get("threads"),
         ))
-        rows[-1]["flags"] = "; ".join(sanity_flags(rows[-1]))
+        flags = sanity_flags(rows[-1])
+        rows[-1]["flags"] = "; ".join(flags)
+        # a roof above 100% impeaches the roof, not the time; the other flags impeach the time
+        rows[-1]["time_suspect"] = any(not f.startswith("roof") for f in flags)
     return rows
 
 
@@ -451,3 +454,51 @@ def precision_rich(rows: list[dict], title: str):
     for r in rows:
         table.add_row(*_precision_cells(r), style="red" if r["status"] == "failed" else None)
     return table
+
+
+# ---- what to use -----------------------------------------------------------------------
+MODES = (("training", "train_ms", "first_train_s"), ("inference", "forward_ms", "first_forward_s"))
+
+
+def what_to_use(res: Results) -> tuple[list[dict], list[str]]:
+    """Computed from the main group: per cell, workload and mode, the fastest rung overall and
+    per framework, the best JAX over the best torch, the winner's first-call cost and memory;
+    and the conditions that flip the answer (the winner changes between workloads).
+
+    Rows whose times `sanity_flags` impeaches (noise, a forward slower than its forward+backward)
+    are left out: a suspect figure does not pick a rung.
+    """
+    rows = [r for r in table_rows(res) if r["group"] == "main" and r["status"] == "ok" and not r["time_suspect"]]
+    out = []
+    for cell in dict.fromkeys(r["cell"] for r in rows):
+        for wl in dict.fromkeys(r["workload"] for r in rows if r["cell"] == cell):
+            here = [r for r in rows if r["cell"] == cell and r["workload"] == wl]
+            for mode, key, first in MODES:
+                timed = [r for r in here if r[key] is not None]
+                if not timed:
+                    continue
+                best = min(timed, key=lambda r: r[key])
+                per_fw = {fw: min((r for r in timed if r["framework"] == fw), key=lambda r: r[key], default=None)
+                          for fw in ("torch", "jax")}
+                t, j = per_fw["torch"], per_fw["jax"]
+                out.append(dict(cell=cell, workload=wl, mode=mode, best=best["impl"], best_ms=best[key],
+                                best_torch=t and t["impl"], best_jax=j and j["impl"],
+                                jax_over_torch=_ratio(j and j[key], t and t[key]),
+                                first_call_s=best.get(first), peak_rss_mib=best.get("peak_rss_mib")))
+    flips = []
+    for cell in dict.fromkeys(r["cell"] for r in out):
+        for mode, _, _ in MODES:
+            winners = {r["workload"]: r["best"] for r in out if r["cell"] == cell and r["mode"] == mode}
+            if len(set(winners.values())) > 1:
+                flips.append(f"{cell} {mode}: " + ", ".join(f"{impl} on {wl}" for wl, impl in winners.items()))
+    return out, flips
+
+
+def what_to_use_markdown(rows: list[dict]) -> str:
+    lines = ["| cell | workload | mode | fastest | ms | best torch | best JAX | JAX / torch | its first call s | "
+             "its peak RSS MiB |", "|---|---|---|---|---:|---|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['cell']} | {r['workload']} | {r['mode']} | {r['best']} | {fmt(r['best_ms'], 'ms')} | "
+                     f"{r['best_torch'] or 'n/a'} | {r['best_jax'] or 'n/a'} | {fmt(r['jax_over_torch'], 'x')} | "
+                     f"{fmt(r['first_call_s'], 's')} | {fmt(r['peak_rss_mib'], 'mib')} |")
+    return "\n".join(lines)

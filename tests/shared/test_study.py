@@ -469,3 +469,25 @@ def test_report_marks_flagged_rows_and_a_busy_machine(tmp_path):
     assert "- torch.naive lstm quick float32: forward slower than forward+backward; train IQR 54% of the median" \
         in sanity
     assert "| torch.naive ⚠ |" in text and "| torch.native |" in text
+
+
+def test_what_to_use_is_computed_from_the_rows_and_names_what_flips_it():
+    from shared.study.table import what_to_use
+    wl = workloads.resolve("quick")[0].to_dict()
+    common = dict(kind="measurement", run_id="r1", group="main", cell="lstm", device="cpu", dtype="float32",
+                  status="ok", workload=wl, forward_iqr_s=0.0, train_iqr_s=0.0)
+    recs = [dict(kind="meta", run_id="r1", machine={})]
+    times = {("S1", "torch.native", "torch"): (0.10, 0.40), ("S1", "jax.bptt", "jax"): (0.15, 0.45),
+             ("S2", "torch.native", "torch"): (0.05, 0.30), ("S2", "jax.bptt", "jax"): (0.04, 0.20),
+             ("S2", "torch.naive", "torch"): (0.50, 0.10)}  # forward slower than fwd+bwd: does not compete
+    for (w, impl, fw), (f, t) in times.items():
+        recs.append(dict(common, key=f"{w}{impl}", workload_name=w, impl=impl, framework=fw, forward_s=f, train_s=t,
+                         first_train_s=1.0, first_forward_s=0.5))
+    rows, flips = what_to_use(collect(recs))
+    best = {(r["workload"], r["mode"]): r for r in rows}
+    assert best["S1", "training"]["best"] == "torch.native" and best["S1", "training"]["jax_over_torch"] == \
+        pytest.approx(0.45 / 0.40)
+    assert best["S2", "training"]["best"] == "jax.bptt"  # not torch.naive's suspect 0.10
+    assert best["S2", "inference"]["best_torch"] == "torch.native"
+    assert flips == ["lstm training: torch.native on S1, jax.bptt on S2",
+                     "lstm inference: torch.native on S1, jax.bptt on S2"]
