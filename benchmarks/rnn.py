@@ -67,7 +67,8 @@ def _check(impl: str, cell: str, workload: str, dtype: str):
     row = registry.get(impl)
     w = _BY_NAME[workload]
     spec = w.spec(cell)
-    reason = row.unsupported_reason(spec, dtype=dtype, device=DEVICE) or row.unavailable_reason(DEVICE)
+    reason = (row.unsupported_reason(spec, lengths=w.packed, dtype=dtype, device=DEVICE)
+              or row.unavailable_reason(DEVICE))
     if reason:
         raise NotImplementedError(reason)
     registry.framework(row.framework).set_threads(THREADS)
@@ -76,7 +77,9 @@ def _check(impl: str, cell: str, workload: str, dtype: str):
 
 def _build(impl: str, cell: str, workload: str, dtype: str):
     adapter, w, spec = _check(impl, cell, workload, dtype)
-    wl = adapter.make_workload(spec, seq_len=w.seq_len, batch=w.batch, dtype=dtype, device=DEVICE, seed=0)
+    lengths = w.lengths(0)
+    wl = adapter.make_workload(spec, seq_len=w.seq_len, batch=w.batch, dtype=dtype, device=DEVICE, seed=0,
+                               **({} if lengths is None else {"lengths": lengths}))
     for _ in range(2):  # first calls trace / compile; the second settles caches
         wl.forward()
         wl.train_step()

@@ -166,9 +166,10 @@ class JaxAdapter:
 
     # ---- benchmarks ---------------------------------------------------------------
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
-                      device: str = "cpu", seed: int = 0) -> "JaxWorkload":
+                      device: str = "cpu", seed: int = 0, lengths=None) -> "JaxWorkload":
         _enable_x64_if(dtype)
-        return JaxWorkload(self, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed)
+        return JaxWorkload(self, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed,
+                           lengths=lengths)
 
 
 class JaxWorkload:
@@ -178,11 +179,12 @@ class JaxWorkload:
     each includes tracing and compiling, so time it separately."""
 
     def __init__(self, adapter: JaxAdapter, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str, device: str,
-                 seed: int):
+                 seed: int, lengths=None):
         import jax
         import jax.numpy as jnp
 
-        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(spec, dtype=dtype, device=device)
+        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(
+            spec, lengths=lengths is not None, dtype=dtype, device=device)
         if reason:
             raise RuntimeError(f"cannot build a jax.{adapter.key} workload: {reason}")
         dev = _device(device)
@@ -192,23 +194,26 @@ class JaxWorkload:
         self.params = {k: put(v) for k, v in init_params(spec, rng).items()}
         x_shape = (batch, seq_len, spec.input_size) if spec.batch_first else (seq_len, batch, spec.input_size)
         self.x = put(rng.standard_normal(x_shape))
+        # variable lengths: the driver masks past each length (PyTorch's packed semantics)
+        self.lengths = None if lengths is None else jax.device_put(
+            driver.check_lengths(np.asarray(lengths), batch, seq_len), dev)
         f = adapter._function(spec, dtype)
-        self._forward = _jit(lambda x, params: f(x, None, params)["output"], dev)
-        out = jax.eval_shape(self._forward, self.x, self.params)
+        self._forward = _jit(lambda x, params, lengths: f(x, None, params, lengths)["output"], dev)
+        out = jax.eval_shape(self._forward, self.x, self.params, self.lengths)
         self.g = jax.device_put(jnp.asarray(rng.standard_normal(out.shape), dtype=out.dtype), dev)
 
-        def loss(params, x, g):
-            return jnp.vdot(f(x, None, params)["output"], g)
+        def loss(params, x, g, lengths):
+            return jnp.vdot(f(x, None, params, lengths)["output"], g)
 
         self._step = _jit(jax.value_and_grad(loss, argnums=(0, 1)), dev)
 
     def forward(self) -> None:
         import jax
-        jax.block_until_ready(self._forward(self.x, self.params))
+        jax.block_until_ready(self._forward(self.x, self.params, self.lengths))
 
     def train_step(self) -> None:
         import jax
-        jax.block_until_ready(self._step(self.params, self.x, self.g))
+        jax.block_until_ready(self._step(self.params, self.x, self.g, self.lengths))
 
 
 # ---- shared.adapter.FrameworkAdapter -------------------------------------------------------------

@@ -114,31 +114,41 @@ class TorchAdapter:
         return out
 
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
-                      device: str = "cpu", seed: int = 0) -> "TorchWorkload":
-        reason = self.unsupported_reason(spec, dtype=dtype, device=device) or self.unavailable_reason(device)
+                      device: str = "cpu", seed: int = 0, lengths=None) -> "TorchWorkload":
+        reason = (self.unsupported_reason(spec, lengths=lengths is not None, dtype=dtype, device=device)
+                  or self.unavailable_reason(device))
         if reason:
             raise ValueError(reason)
-        return TorchWorkload(self.key, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed)
+        return TorchWorkload(self.key, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed,
+                             lengths=lengths)
 
 
 class TorchWorkload:
-    """A model and inputs built once from `seed`; each call runs and synchronizes."""
+    """A model and inputs built once from `seed`; each call runs and synchronizes.  With
+    `lengths` the input is a PackedSequence (packed once; `enforce_sorted=False`)."""
 
     def __init__(self, backend: str, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str,
-                 device: str, seed: int):
+                 device: str, seed: int, lengths=None):
         self.spec, self.device, self.dtype = spec, device, dtype
         rng = np.random.default_rng(seed)
         self.module = build_module(spec, backend, init_params(spec, rng), dtype=dtype, device=device).eval()
         shape = (batch, seq_len, spec.input_size) if spec.batch_first else (seq_len, batch, spec.input_size)
         tdtype = torch_dtype(dtype)
         self.x = torch.tensor(rng.standard_normal(shape), dtype=tdtype, device=device, requires_grad=True)
+        self.lengths = None if lengths is None else torch.as_tensor(np.asarray(lengths), dtype=torch.int64)
 
     def _run(self):
         with compute_context(self.dtype, torch.device(self.device).type):
-            return self.module(self.x)
+            if self.lengths is None:
+                return self.module(self.x)
+            packed = pack_padded_sequence(self.x, self.lengths, batch_first=self.spec.batch_first,
+                                          enforce_sorted=False)
+            return self.module(packed)
 
     def _loss(self):
         output, hidden = self._run()
+        if self.lengths is not None:
+            output = output.data
         h_n, c_n = hidden if self.spec.cell_def.has_cell_state else (hidden, None)
         loss = output.sum() + h_n.sum()
         return loss if c_n is None else loss + c_n.sum()

@@ -13,7 +13,7 @@ from ..spec import CELLS
 from .threads import DEFAULT_THREADS
 from .workloads import SWEEP_LEVELS, resolve
 
-DEFAULT_WORKLOADS = "S1,S2"
+DEFAULT_WORKLOADS = "S1,S2,R1"
 REPORTS = Path("reports")
 
 

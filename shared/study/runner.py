@@ -360,8 +360,9 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
     roof_items = []
     if config.roof:
         # the roof of the plain cells; a custom cell's GEMMs are its family's
+        from .workloads import Workload  # multi-layer / bidirectional workloads have no single-GEMM roof
         pairs = {(j["cell"], j["workload_name"]): j["workload"] for j in plan(config, available)
-                 if j["group"] != "custom"}
+                 if j["group"] != "custom" and Workload.from_dict(j["workload"]).has_roof}
         roof_items = [dict(cell=c, workload=w) for (c, name), w in pairs.items()
                       if roof_key(c, name, config.device) not in done]
     log(f"{len(available)} available, {len(jobs)} measurements to run"

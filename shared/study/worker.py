@@ -152,8 +152,12 @@ def measure(job: dict, result_path: str) -> dict:
         adapter = load_adapter(job)
         fw = framework_of(job)
         fw.set_threads(job["threads"])  # the env pinned the pools before import; this sizes the rest
-        spec = RNNSpec(job["cell"], w["input_size"], w["hidden_size"])
-        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(spec, dtype=dtype, device=device)
+        from .workloads import Workload
+        workload = Workload.from_dict(w)
+        spec = workload.spec(job["cell"])
+        lengths = workload.lengths(job.get("seed", 0))
+        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(
+            spec, lengths=lengths is not None, dtype=dtype, device=device)
         if reason:
             save(status="skipped", reason=reason, phase="check")
             return rec
@@ -162,7 +166,8 @@ def measure(job: dict, result_path: str) -> dict:
         fw.reset_peak_memory(device)
         t0 = time.perf_counter()
         wl = adapter.make_workload(spec, seq_len=w["seq_len"], batch=w["batch"], dtype=dtype,
-                                   device=device, seed=job.get("seed", 0))
+                                   device=device, seed=job.get("seed", 0),
+                                   **({} if lengths is None else {"lengths": lengths}))
         forward = "forward" in job.get("phases", ("forward", "train"))
         save(build_s=time.perf_counter() - t0, phase="first_forward" if forward else "first_train_step")
         if forward:

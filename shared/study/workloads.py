@@ -23,16 +23,40 @@ from ..spec import RNNSpec
 
 @dataclass(frozen=True)
 class Workload:
-    """The sizes of one timed problem."""
+    """The sizes of one timed problem.
+
+    `packed`: the batch is a packed one of variable lengths (drawn from the seed between T/4
+    and T, `lengths`), where packing, masking and the fused kernels part ways.  FLOPs and the
+    GEMM roof count the full T (an upper bound); the roof is measured for single-layer
+    unidirectional workloads only.
+    """
 
     name: str
     seq_len: int
     batch: int
     input_size: int
     hidden_size: int
+    num_layers: int = 1
+    bidirectional: bool = False
+    packed: bool = False
 
     def spec(self, cell: str) -> RNNSpec:
-        return RNNSpec(cell, self.input_size, self.hidden_size)
+        return RNNSpec(cell, self.input_size, self.hidden_size, num_layers=self.num_layers,
+                       bidirectional=self.bidirectional)
+
+    @property
+    def has_roof(self) -> bool:
+        return self.num_layers == 1 and not self.bidirectional
+
+    def lengths(self, seed: int = 0):
+        """The packed batch's lengths (None when not packed), from `seed`: between T/4 and T, one at T."""
+        if not self.packed:
+            return None
+        import numpy as np
+        rng = np.random.default_rng(seed + 1)
+        lengths = rng.integers(max(1, self.seq_len // 4), self.seq_len + 1, size=self.batch)
+        lengths[0] = self.seq_len
+        return lengths
 
     def flops(self, cell: str) -> int:
         """Forward FLOPs (the train step counts 3x: forward, and two GEMMs per GEMM in backward)."""
@@ -47,14 +71,17 @@ class Workload:
         return self.seq_len * self.batch, self.input_size, self.spec(cell).num_gates * self.hidden_size
 
     def describe(self) -> str:
-        return f"T={self.seq_len},B={self.batch},I={self.input_size},H={self.hidden_size}"
+        extra = (f",L={self.num_layers}" if self.num_layers > 1 else "") + (",bidirectional" if self.bidirectional
+                                                                            else "") + (",packed" if self.packed else "")
+        return f"T={self.seq_len},B={self.batch},I={self.input_size},H={self.hidden_size}{extra}"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Workload":
-        return cls(**{k: d[k] for k in ("name", "seq_len", "batch", "input_size", "hidden_size")})
+        return cls(**{k: d[k] for k in ("name", "seq_len", "batch", "input_size", "hidden_size")},
+                   **{k: d[k] for k in ("num_layers", "bidirectional", "packed") if k in d})
 
 
 QUICK = [Workload("quick", seq_len=8, batch=4, input_size=16, hidden_size=32)]
@@ -63,6 +90,9 @@ CPU = [
     Workload("S1", seq_len=100, batch=64, input_size=256, hidden_size=512),
     Workload("S2", seq_len=100, batch=1, input_size=256, hidden_size=256),
     Workload("S3", seq_len=1000, batch=16, input_size=128, hidden_size=128),
+    # a sequence model as people train one: 2 layers, bidirectional, a packed batch of variable lengths
+    Workload("R1", seq_len=100, batch=32, input_size=128, hidden_size=256, num_layers=2, bidirectional=True,
+             packed=True),
 ]
 
 # DeepBench's RNN training/inference shapes (Baidu DeepBench, rnn_*.cpp), a subset that

@@ -491,3 +491,26 @@ def test_what_to_use_is_computed_from_the_rows_and_names_what_flips_it():
     assert best["S2", "inference"]["best_torch"] == "torch.native"
     assert flips == ["lstm training: torch.native on S1, jax.bptt on S2",
                      "lstm inference: torch.native on S1, jax.bptt on S2"]
+
+
+def test_the_realistic_workload_is_a_packed_two_layer_bidirectional_batch():
+    r1 = workloads.resolve("R1")[0]
+    assert r1 in workloads.resolve("cpu") and r1.packed and r1.num_layers == 2 and r1.bidirectional
+    spec = r1.spec("lstm")
+    assert spec.num_layers == 2 and spec.bidirectional and not r1.has_roof
+    lengths = r1.lengths(0)
+    assert lengths.max() == r1.seq_len and lengths.min() >= r1.seq_len // 4 and len(lengths) == r1.batch
+    assert (lengths == r1.lengths(0)).all() and workloads.Workload.from_dict(r1.to_dict()) == r1
+    assert "packed" in r1.describe()
+
+
+@pytest.mark.parametrize("impl", ["torch.eager", "torch.native", "jax.scan"])
+def test_packed_workloads_run_on_the_adapters(impl):
+    row = registry.get(impl)
+    if row.unavailable_reason("cpu"):
+        pytest.skip(row.unavailable_reason("cpu"))
+    w = workloads.Workload("tiny-packed", seq_len=6, batch=3, input_size=4, hidden_size=5, num_layers=2,
+                           bidirectional=True, packed=True)
+    wl = row.adapter().make_workload(w.spec("gru"), seq_len=6, batch=3, lengths=w.lengths(0))
+    wl.forward()
+    wl.train_step()
