@@ -3,11 +3,10 @@ and jax_impl.quantized, on a 2-layer bidirectional layer (input 64, hidden 128, 
 
     python scripts/int8_speed.py      (docs/precision.md quotes it; run it alone)
 """
-import time, statistics, numpy as np, torch, jax
+import time, statistics, torch, jax
 torch.set_num_threads(2)
 from torch_impl import quantized as Q
 from jax_impl import quantized as JQ
-from shared.params import init_params
 from shared.spec import RNNSpec
 torch.manual_seed(0)
 res = {}

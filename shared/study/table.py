@@ -322,23 +322,32 @@ def _custom_cells(r: dict) -> list[str]:
     return cells
 
 
-def custom_markdown(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(h for h, _, _ in CUSTOM_COLUMNS) + " |",
-             "|" + "|".join("---" if k == "str" else "---:" for _, _, k in CUSTOM_COLUMNS) + "|"]
-    for r in rows:
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in _custom_cells(r)) + " |")
+def _markdown(columns, cells, rows: list[dict]) -> str:
+    """A Markdown table: `columns` as (header, key, kind), `cells(row)` the formatted cells."""
+    lines = ["| " + " | ".join(h for h, _, _ in columns) + " |",
+             "|" + "|".join("---" if k == "str" else "---:" for _, _, k in columns) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |" for r in rows]
     return "\n".join(lines)
 
 
-def custom_rich(rows: list[dict], title: str):
+def _rich(columns, cells, rows: list[dict], title: str, failed):
+    """The same table for the terminal (rich); rows where `failed(row)` in red."""
     from rich.table import Table
 
     table = Table(title=title)
-    for header, _, kind in CUSTOM_COLUMNS:
+    for header, _, kind in columns:
         table.add_column(header, justify="left" if kind == "str" else "right", no_wrap=kind == "str")
     for r in rows:
-        table.add_row(*_custom_cells(r), style="red" if r["status"] == "failed" else None)
+        table.add_row(*cells(r), style="red" if failed(r) else None)
     return table
+
+
+def custom_markdown(rows: list[dict]) -> str:
+    return _markdown(CUSTOM_COLUMNS, _custom_cells, rows)
+
+
+def custom_rich(rows: list[dict], title: str):
+    return _rich(CUSTOM_COLUMNS, _custom_cells, rows, title, lambda r: r["status"] == "failed")
 
 
 # ---- the ladder ------------------------------------------------------------------------
@@ -383,22 +392,11 @@ def _ladder_cells(r: dict) -> list[str]:
 
 
 def ladder_markdown(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(h for h, _, _ in LADDER_COLUMNS) + " |",
-             "|" + "|".join("---" if k == "str" else "---:" for _, _, k in LADDER_COLUMNS) + "|"]
-    for r in rows:
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in _ladder_cells(r)) + " |")
-    return "\n".join(lines)
+    return _markdown(LADDER_COLUMNS, _ladder_cells, rows)
 
 
 def ladder_rich(rows: list[dict], title: str):
-    from rich.table import Table
-
-    table = Table(title=title)
-    for header, _, kind in LADDER_COLUMNS:
-        table.add_column(header, justify="left" if kind == "str" else "right")
-    for r in rows:
-        table.add_row(*_ladder_cells(r), style=None if r["train_ms"] is not None else "red")
-    return table
+    return _rich(LADDER_COLUMNS, _ladder_cells, rows, title, lambda r: r["train_ms"] is None)
 
 
 # ---- precision -------------------------------------------------------------------------
@@ -439,21 +437,11 @@ def _precision_cells(r: dict) -> list[str]:
 
 
 def precision_markdown(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(h for h, _, _ in PRECISION_COLUMNS) + " |",
-             "|" + "|".join("---" if kind == "str" else "---:" for _, _, kind in PRECISION_COLUMNS) + "|"]
-    lines += ["| " + " | ".join(_precision_cells(r)) + " |" for r in rows if r["status"] != "skipped"]
-    return "\n".join(lines)
+    return _markdown(PRECISION_COLUMNS, _precision_cells, [r for r in rows if r["status"] != "skipped"])
 
 
 def precision_rich(rows: list[dict], title: str):
-    from rich.table import Table
-
-    table = Table(title=title)
-    for header, _, kind in PRECISION_COLUMNS:
-        table.add_column(header, justify="left" if kind == "str" else "right", no_wrap=kind == "str")
-    for r in rows:
-        table.add_row(*_precision_cells(r), style="red" if r["status"] == "failed" else None)
-    return table
+    return _rich(PRECISION_COLUMNS, _precision_cells, rows, title, lambda r: r["status"] == "failed")
 
 
 # ---- what to use -----------------------------------------------------------------------

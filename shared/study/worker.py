@@ -137,8 +137,6 @@ def framework_of(job: dict):
 
 # ---- measure ---------------------------------------------------------------------------
 def measure(job: dict, result_path: str) -> dict:
-    from ..spec import RNNSpec
-
     rec: dict = {"status": "running", "phase": "import", "pid": os.getpid()}
 
     def save(**updates):

@@ -345,10 +345,11 @@ def test_time_calls_stops_at_budget_but_times_at_least_three():
 
 
 def test_workloads_are_the_design_ones():
-    s1, s2, s3 = workloads.resolve("cpu")
+    s1, s2, s3, r1 = workloads.resolve("cpu")
     assert (s1.seq_len, s1.batch, s1.input_size, s1.hidden_size) == (100, 64, 256, 512)
     assert (s2.seq_len, s2.batch, s2.input_size, s2.hidden_size) == (100, 1, 256, 256)
     assert (s3.seq_len, s3.batch, s3.input_size, s3.hidden_size) == (1000, 16, 128, 128)
+    assert (r1.num_layers, r1.bidirectional, r1.packed) == (2, True, True)
     assert s1.flops("lstm") == 2 * 100 * 64 * 4 * 512 * (256 + 512)
     assert s1.step_gemm("gru") == (64, 512, 3 * 512)
     assert [w.seq_len for w in workloads.sweep("seq_len", "full")][::5] == [25, 1000]
@@ -503,14 +504,3 @@ def test_the_realistic_workload_is_a_packed_two_layer_bidirectional_batch():
     assert (lengths == r1.lengths(0)).all() and workloads.Workload.from_dict(r1.to_dict()) == r1
     assert "packed" in r1.describe()
 
-
-@pytest.mark.parametrize("impl", ["torch.eager", "torch.native", "jax.scan"])
-def test_packed_workloads_run_on_the_adapters(impl):
-    row = registry.get(impl)
-    if row.unavailable_reason("cpu"):
-        pytest.skip(row.unavailable_reason("cpu"))
-    w = workloads.Workload("tiny-packed", seq_len=6, batch=3, input_size=4, hidden_size=5, num_layers=2,
-                           bidirectional=True, packed=True)
-    wl = row.adapter().make_workload(w.spec("gru"), seq_len=6, batch=3, lengths=w.lengths(0))
-    wl.forward()
-    wl.train_step()
