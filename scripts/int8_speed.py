@@ -3,7 +3,7 @@ and jax_impl.quantized, on a 2-layer bidirectional layer (input 64, hidden 128, 
 
     python scripts/int8_speed.py      (docs/precision.md quotes it; run it alone)
 """
-import time, statistics, torch, jax
+import time, statistics, numpy as np, torch, jax
 torch.set_num_threads(2)
 from torch_impl import quantized as Q
 from jax_impl import quantized as JQ
@@ -28,6 +28,16 @@ for cell, cls in (("lstm", torch.nn.LSTM), ("gru", torch.nn.GRU)):
                 t = time.perf_counter(); m(x); times[k].append(time.perf_counter() - t)
             for k, f in jf.items():
                 t = time.perf_counter(); f(xj).block_until_ready(); times["jax." + k].append(time.perf_counter() - t)
+    from shared import reference
+    want = reference.run_case(spec, {k: v.double().numpy() for k, v in rnn.state_dict().items()},
+                              x.double().numpy())["output"]
+    with torch.no_grad():
+        for k, m in models.items():
+            err = np.abs(m(x)[0].double().numpy() - want).max()
+            print(cell, f"{k:28s} {Q.model_bytes(m):9d} bytes  max error {err:.2e}")
+    for m in JQ.METHODS:
+        err = np.abs(np.asarray(jf[m](xj), np.float64) - want).max()
+        print(cell, f"{'jax.' + m:28s} {JQ.model_bytes(q, m):9d} bytes  max error {err:.2e}")
     base = statistics.median(times["nn"])
     for k, v in times.items():
         print(cell, f"{k:28s} {statistics.median(v)*1e3:7.2f} ms  {statistics.median(v)/base:5.2f}x nn")
