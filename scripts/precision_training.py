@@ -4,7 +4,7 @@ torch model, and the band between the two frameworks' amp_bfloat16 loss curves (
 
     python scripts/precision_training.py
 """
-import time, numpy as np, sys
+import time, numpy as np
 import torch
 torch.set_num_threads(1)
 from jax_impl import train as jax_train
