@@ -270,7 +270,7 @@ def peak_memory_bytes(device: str) -> int | None:
 
 
 def _best_call_seconds(fn, min_time: float) -> float:
-    """The study's best-of-3-windows timing (`shared.study.worker.best_call_seconds`), waiting
+    """The study's best-of-windows timing (`shared.study.worker.best_call_seconds`), waiting
     for the device (`block_until_ready` on the last result) at the end of each chunk."""
     import jax
 
@@ -288,10 +288,15 @@ def _best_call_seconds(fn, min_time: float) -> float:
 
 
 def gemm_gflops(m: int, k: int, n: int, *, device: str, dtype: str = "float32",
-                min_time: float = 0.1) -> dict[str, float | None]:
+                min_time: float = 0.1, steps: int | None = None) -> dict[str, float | None]:
     """GFLOP/s of an (m, k) x (k, n) GEMM as XLA runs it: a jitted `x @ w.T` (the weight in
     the (out, in) layout the cells use) compiled with rnnbench's XLA options
-    (`jax_impl.xla_options`), by library name: {"xla": GFLOP/s}."""
+    (`jax_impl.xla_options`), by library name: {"xla": GFLOP/s}.
+
+    With `steps` (n a multiple of k): also "chain", `steps` dependent GEMMs inside one
+    jitted `lax.fori_loop`, each step's input the sum of the last output's n/k column
+    blocks (a recurrence that needs every output column, so XLA cannot slice the dot
+    down): the step rate without a jitted call's dispatch per GEMM, as `lax.scan` runs."""
     _enable_x64_if(dtype)
     import jax
     import jax.numpy as jnp
@@ -299,10 +304,26 @@ def gemm_gflops(m: int, k: int, n: int, *, device: str, dtype: str = "float32",
     dev = _device(device)
     rng = np.random.default_rng(0)
     x = jax.device_put(jnp.asarray(rng.standard_normal((m, k)), dtype=dtype), dev)
-    w = jax.device_put(jnp.asarray(rng.standard_normal((n, k)), dtype=dtype), dev)
+    w_np = rng.standard_normal((n, k))
+    w = jax.device_put(jnp.asarray(w_np, dtype=dtype), dev)
     matmul = _jit(lambda a, b: a @ b.T, dev)
     seconds = _best_call_seconds(lambda: matmul(x, w), min_time)
-    return {"xla": 2.0 * m * k * n / seconds / 1e9}
+    out = {"xla": 2.0 * m * k * n / seconds / 1e9}
+    if steps:
+        # n/k orthogonal blocks over sqrt(n/k): the chain's values stay near their start
+        # (no inf or denormal slow paths)
+        g = n // k
+        w_np = np.concatenate([np.linalg.qr(rng.standard_normal((k, k)))[0] for _ in range(g)]) / g ** 0.5
+        # both weight layouts: XLA emits a different dot for each (at batch 1, (n, k) becomes its
+        # own fused loop, faster than the library call it makes for (k, n)); the better one counts
+        seconds = float("inf")
+        for layout, contract in (((1, 0), lambda h, b: h @ b), ((0, 1), lambda h, b: h @ b.T)):
+            wl = jax.device_put(jnp.asarray(np.ascontiguousarray(w_np.transpose(layout)), dtype=dtype), dev)
+            chain = _jit(lambda h, b, contract=contract: jax.lax.fori_loop(
+                0, steps, lambda i, h: contract(h, b).reshape(m, g, k).sum(1), h), dev)
+            seconds = min(seconds, _best_call_seconds(lambda: chain(x, wl), min_time))
+        out["chain"] = steps * 2.0 * m * k * n / seconds / 1e9
+    return out
 
 
 def trainer():

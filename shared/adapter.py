@@ -92,10 +92,11 @@ class FrameworkAdapter(Protocol):
         """Peak device memory since `reset_peak_memory`, or None (CPU: the study uses RSS)."""
 
     def gemm_gflops(self, m: int, k: int, n: int, *, device: str, dtype: str = "float32",
-                    min_time: float = 0.1) -> dict[str, float | None]:
+                    min_time: float = 0.1, steps: int | None = None) -> dict[str, float | None]:
         """GFLOP/s of an (m, k) x (k, n) GEMM with each GEMM library the framework's rungs
         can use, by library name (torch: "torch.mm", "onednn"; jax: "xla"); None where a
-        library cannot run here."""
+        library cannot run here.  With `steps` (n a multiple of k), also "chain": `steps`
+        dependent GEMMs in one compiled loop, the recurrent step without per-call dispatch."""
 
     def trainer(self):
         """The framework's training module: `train(config, key, dtype, **kw)`,

@@ -191,9 +191,14 @@ def peak_memory_bytes(device: str) -> int | None:
 
 
 def gemm_gflops(m: int, k: int, n: int, *, device: str, dtype: str = "float32",
-                min_time: float = 0.1) -> dict[str, float | None]:
+                min_time: float = 0.1, steps: int | None = None) -> dict[str, float | None]:
     """GFLOP/s of (m, k) x (k, n) with `torch.mm` and (CPU) with prepacked oneDNN, the two
-    GEMM libraries the torch rungs use (the weight in nn.Linear's (out, in) layout)."""
+    GEMM libraries the torch rungs use (the weight in nn.Linear's (out, in) layout).
+
+    With `steps` (n a multiple of k): also "chain", `steps` dependent GEMMs inside one
+    TorchScript loop, each step's input the sum of the last output's n/k column blocks (a
+    recurrence that needs every output column): the step rate without Python's per-call
+    dispatch, which a C++ loop (nn.LSTM) does not pay."""
     from shared.study.worker import best_call_seconds
 
     tdt = torch_dtype(dtype)
@@ -207,7 +212,26 @@ def gemm_gflops(m: int, k: int, n: int, *, device: str, dtype: str = "float32",
         packed = torch.ops.mkldnn._reorder_linear_weight(w, m)
         out["onednn"] = flops / best_call_seconds(
             lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""), sync, min_time) / 1e9
+    if steps:
+        wt = _chain_weight(n, k).to(device=device, dtype=tdt).t().contiguous()
+        out["chain"] = steps * flops / best_call_seconds(lambda: _gemm_chain(x, wt, steps), sync, min_time) / 1e9
     return out
+
+
+def _chain_weight(n: int, k: int) -> torch.Tensor:
+    """(n, k): n/k orthogonal (k, k) blocks over sqrt(n/k), so that the chain's values stay
+    near their start (no inf or denormal slow paths)."""
+    g = n // k
+    blocks = [torch.linalg.qr(torch.randn(k, k, dtype=torch.float64))[0] for _ in range(g)]
+    return torch.cat(blocks) / g ** 0.5
+
+
+@torch.jit.script
+def _gemm_chain(h: torch.Tensor, wt: torch.Tensor, steps: int) -> torch.Tensor:
+    m, k = h.shape[0], h.shape[1]
+    for _ in range(steps):
+        h = torch.mm(h, wt).view(m, -1, k).sum(1)
+    return h
 
 
 def trainer():

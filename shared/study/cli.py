@@ -104,6 +104,10 @@ def _workloads(value: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _optional_workloads(value: str):
+    return [] if value == "none" else _workloads(value)
+
+
 def _positive_int(value: str) -> int:
     n = int(value)
     if n < 1:
@@ -167,6 +171,10 @@ def register(subparsers) -> None:
                    help="T and B sweeps for the plots (LSTM, --sweep-impls only): none, small (default), full")
     p.add_argument("--sweep-impls", type=_impls, default=None,
                    help="implementations in the sweeps (default torch.bptt,torch.native,jax.scan)")
+    p.add_argument("--one-thread", type=_optional_workloads, default=None, metavar="WORKLOADS",
+                   help="workloads measured forward again on 1 thread, with their GEMM roof, for the report's "
+                        "threads section (LSTM, torch.native,torch.bptt,jax.scan,jax.bptt); default: the "
+                        "batch-1 workloads among --workloads (S2) when --threads > 1; 'none' for none")
     _add_measure_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -245,7 +253,9 @@ def cmd_compare(args) -> int:
     config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps,
                      sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS), custom_cells=custom,
                      custom_workloads=args.custom_workloads or workloads[:1],
-                     precisions=list(precision.REDUCED) if args.precisions is None else args.precisions)
+                     precisions=list(precision.REDUCED) if args.precisions is None else args.precisions,
+                     one_thread_workloads=([w for w in workloads if w.batch == 1] if args.threads > 1 else [])
+                     if args.one_thread is None else args.one_thread)
     results = _run_or_explain(config, args.progress)
     if results is None:
         return 130

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -165,12 +165,18 @@ def measurement_key(impl: str, cell: str, workload: str, device: str, dtype: str
     return f"{impl}|{cell}|{workload}|{device}|{dtype}"
 
 
-def roof_key(cell: str, workload: str, device: str) -> str:
-    return f"roof|{cell}|{workload}|{device}"
+def roof_key(cell: str, workload: str, device: str, when: str = "start") -> str:
+    return f"roof|{cell}|{workload}|{device}|{when}"
+
+
+def _roof_key(item: dict, config, when: str) -> str:
+    return roof_key(item["cell"], item["workload"]["name"], config.device, when)
 
 
 # ---- the study -------------------------------------------------------------------------
 DEFAULT_SWEEP_IMPLS = ("torch.bptt", "torch.native", "jax.scan")
+ONE_THREAD_IMPLS = ("torch.native", "torch.bptt", "jax.scan", "jax.bptt")
+ONE_THREAD_SUFFIX = "@1t"
 
 
 @dataclass
@@ -200,6 +206,9 @@ class StudyConfig:
     # main group (what `rnnbench compare` runs by default without blowing up its time).
     custom_cells: list[str] = field(default_factory=list)
     custom_workloads: list[Workload] = field(default_factory=list)
+    # Workloads measured forward again on one thread (LSTM, ONE_THREAD_IMPLS), named with
+    # ONE_THREAD_SUFFIX, with their own roof at one thread: the report's threads section.
+    one_thread_workloads: list[Workload] = field(default_factory=list)
     resume: bool = False
     retry_failed: bool = False
     roof: bool = True
@@ -262,6 +271,9 @@ def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
     if custom:  # custom cells whose plain cell is not among the main cells
         groups.append(("custom", custom, custom_workloads, impls))
     groups = [(g, c, w, n, config.dtype) for g, c, w, n in groups]
+    if config.one_thread_workloads:
+        one = [replace(w, name=w.name + ONE_THREAD_SUFFIX) for w in config.one_thread_workloads]
+        groups.append(("threads", ["lstm"], one, [i for i in impls if i in ONE_THREAD_IMPLS], config.dtype))
     for dtype in config.precisions:
         if dtype != config.dtype:
             groups.append(("precision", list(config.cells), config.workloads[:1], impls, dtype))
@@ -287,9 +299,9 @@ def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
                         kind="measurement", key=key, group=group, impl=name, framework=row.framework,
                         rung=row.rung, adapter_key=row.key, cell=cell, workload=w.to_dict(),
                         workload_name=w.name, device=config.device, dtype=dtype,
-                        threads=config.threads, repeats=config.repeats, budget_s=config.budget_s,
+                        threads=1 if group == "threads" else config.threads, repeats=config.repeats, budget_s=config.budget_s,
                         min_time_s=config.min_time_s, warmup=config.warmup, parity=parity, seed=0,
-                        phases=["train"] if group == "custom" else ["forward", "train"],
+                        phases={"custom": ["train"], "threads": ["forward"]}.get(group, ["forward", "train"]),
                         flops_forward=w.flops(cell),
                         adapter_path=row.adapter_path or f"{registry.FRAMEWORKS.get(row.framework)}:get_adapter"))
     return jobs
@@ -357,32 +369,43 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
             append_record(results, dict(kind="unavailable", run_id=run_id, impl=n, device=config.device,
                                         reason=reasons[n]))
     jobs = [j for j in plan(config, available) if j["key"] not in done]
-    roof_items = []
+    roof_pairs = []
     if config.roof:
         # the roof of the plain cells; a custom cell's GEMMs are its family's
         from .workloads import Workload  # multi-layer / bidirectional workloads have no single-GEMM roof
-        pairs = {(j["cell"], j["workload_name"]): j["workload"] for j in plan(config, available)
+        pairs = {(j["cell"], j["workload_name"]): (j["workload"], j["threads"]) for j in plan(config, available)
                  if j["group"] != "custom" and Workload.from_dict(j["workload"]).has_roof}
-        roof_items = [dict(cell=c, workload=w) for (c, name), w in pairs.items()
-                      if roof_key(c, name, config.device) not in done]
+        roof_pairs = [dict(cell=c, workload=w, threads=t) for (c, _), (w, t) in pairs.items()]
+    # measured at the start and again at the end (each rate the better of the two): a roof
+    # taken once, while the machine was busy, bounds nothing
+    start_roof = [i for i in roof_pairs if _roof_key(i, config, "start") not in done]
+    end_roof = [i for i in roof_pairs if jobs or _roof_key(i, config, "end") not in done]
     log(f"{len(available)} available, {len(jobs)} measurements to run"
         + (f" ({len(done)} already done)" if done else "") + f", results -> {results}")
     max_rss = config.max_rss_bytes()
-    with _progress(progress, len(jobs) + bool(roof_items)) as bar:
-        task = bar.add_task("study", total=len(jobs) + bool(roof_items))
-        if roof_items:
-            bar.update(task, description="GEMM roof")
-            rec = run_worker("roof", dict(device=config.device, threads=config.threads, items=roof_items),
-                             timeout=max(config.timeout, 60 + 15 * len(roof_items)), max_rss_bytes=max_rss)
+    steps = len(jobs) + bool(start_roof) + bool(end_roof)
+
+    def measure_roof(items, when):
+        bar.update(task, description=f"GEMM roof ({when})")
+        for threads in sorted({i["threads"] for i in items}):
+            batch = [dict(cell=i["cell"], workload=i["workload"]) for i in items if i["threads"] == threads]
+            rec = run_worker("roof", dict(device=config.device, threads=threads, items=batch),
+                             timeout=max(config.timeout, 60 + 20 * len(batch)), max_rss_bytes=max_rss)
             for row in rec.get("rows", []):
+                item = next(i for i in items if i["cell"] == row["cell"] and i["workload"]["name"] == row["workload"]
+                            and i["threads"] == threads)
                 append_record(results, dict(kind="roof", run_id=run_id, time=_now(), device=config.device,
-                                            threads=config.threads, status="ok",
-                                            key=roof_key(row["cell"], row["workload"], config.device),
-                                            versions=rec.get("versions"), **row))
+                                            threads=threads, status="ok", roof_pass=when,
+                                            key=_roof_key(item, config, when), versions=rec.get("versions"), **row))
             if rec.get("status") != "ok":
                 append_record(results, dict(kind="roof_failure", run_id=run_id, time=_now(),
-                                            reason=rec.get("reason"), device=config.device))
-            bar.advance(task)
+                                            reason=rec.get("reason"), device=config.device, roof_pass=when))
+        bar.advance(task)
+
+    with _progress(progress, steps) as bar:
+        task = bar.add_task("study", total=steps)
+        if start_roof:
+            measure_roof(start_roof, "start")
         for job in jobs:
             bar.update(task, description=f"{job['impl']} {job['cell']} {job['workload_name']}")
             reason = unsupported.get((job["impl"], job["cell"], job["dtype"]))
@@ -397,5 +420,7 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
             if rec.get("status") == "failed":
                 log(f"  {job['impl']} {job['cell']} {job['workload_name']}: FAILED: {rec.get('reason')}")
             bar.advance(task)
+        if end_roof:
+            measure_roof(end_roof, "end")
     append_record(results, dict(kind="end", run_id=run_id, finished=_now(), load_average=load_average()))
     return results

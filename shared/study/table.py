@@ -51,12 +51,77 @@ def collect(records: list[dict]) -> Results:
                 order.append(r["key"])
             latest[r["key"]] = r
         elif kind == "roof":
-            roofs[(r["cell"], r["workload"], r["device"])] = r
+            key = (r["cell"], r["workload"], r["device"])
+            roofs[key] = merge_roof(roofs.get(key), r)
         elif kind == "unavailable" and r.get("run_id") in (last_run, None):
             unavailable[r["impl"]] = r["reason"]
         elif kind == "end":
             ends.append(r)
-    return Results([latest[k] for k in order], roofs, unavailable, metas, ends)
+    return Results([latest[k] for k in order], {k: derive_roof(r) for k, r in roofs.items()}, unavailable, metas,
+                   ends)
+
+
+# ---- the GEMM roof ---------------------------------------------------------------------
+# Per framework: the rates its step FLOPs may take (per-call libraries and the chained loop)
+# and those its batchable FLOPs may take (any library at the input-projection shape).  The
+# machine roof takes every library of both: the bound every rung is judged against, since a
+# fused primitive (nn.LSTM's oneDNN RNN at batch 1) can beat its own framework's GEMM calls.
+ROOF_LIBS = {"torch": (("mm", "onednn", "chain_torch"), ("mm", "onednn")),
+             "xla": (("xla", "chain_xla"), ("xla",)),
+             "machine": (("mm", "onednn", "chain_torch", "xla", "chain_xla"), ("mm", "onednn", "xla"))}
+
+
+def merge_roof(old: dict | None, new: dict) -> dict:
+    """Two measurements of one roof row (start and end of a run): each rate the better of
+    the two (a rate is a lower bound of what the library can do), and `roof_drift` the
+    largest relative change of a rate between them (the machine's state changed)."""
+    if old is None:
+        return dict(new, roof_passes=1, roof_drift=0.0)
+    merged = dict(old, roof_passes=old.get("roof_passes", 1) + 1)
+    for k, v in new.items():
+        if k.endswith("_gflops") and isinstance(v, (int, float)):
+            prev = old.get(k)
+            if isinstance(prev, (int, float)) and prev > 0 and v > 0:
+                merged["roof_drift"] = max(merged.get("roof_drift", 0.0), max(v, prev) / min(v, prev) - 1)
+            merged[k] = max(v, prev) if isinstance(prev, (int, float)) else v
+    return merged
+
+
+def derive_roof(row: dict) -> dict:
+    """The roofs of one (cell, workload) from its GEMM rates: every FLOP at the best rate it
+    could get (per framework: torch, xla; and the machine's, of every library), elementwise
+    work free.
+
+    The recurrent FLOPs (T step GEMMs forward, T again for dh in backward) are sequential:
+    at best the step shape's best rate (per call or chained in a compiled loop).  The rest
+    (input projection, its two backward GEMMs, the recurrent weight's gradient) can be
+    batched over all steps: at best the best rate of any measured shape.  Forward roof =
+    forward FLOPs / that time; forward+backward roof counts 3x the forward FLOPs, as the
+    measured GFLOP/s do.  A rung above 100% impeaches the roof (flagged in the report)."""
+    if "step_shape" not in row:
+        return row
+    (ms, ks, ns), (mi, ki, ni) = row["step_shape"], row["input_shape"]
+    seq_len = row.get("seq_len") or mi // ms
+    f_step, f_in = 2.0 * ms * ks * ns * seq_len, 2.0 * mi * ki * ni
+    flops = row.get("flops_forward") or f_step + f_in
+    out = dict(row)
+    for fw, (step_libs, input_libs) in ROOF_LIBS.items():
+        steps = {lib: row.get(f"step_{lib}_gflops") for lib in step_libs if row.get(f"step_{lib}_gflops")}
+        inputs = [row.get(f"input_{lib}_gflops") for lib in input_libs if row.get(f"input_{lib}_gflops")]
+        if not steps or not inputs:
+            out[f"roof_{fw}_forward_gflops"] = out[f"roof_{fw}_train_gflops"] = None
+            continue
+        out[f"roof_{fw}_step_from"] = max(steps, key=steps.get)
+        r_step = max(steps.values()) * 1e9
+        r_big = max(r_step / 1e9, *inputs) * 1e9
+        out[f"roof_{fw}_forward_gflops"] = flops / (f_in / r_big + f_step / r_step) / 1e9
+        out[f"roof_{fw}_train_gflops"] = 3 * flops / ((3 * f_in + f_step) / r_big + 2 * f_step / r_step) / 1e9
+    return out
+
+
+def roof_framework(framework: str | None) -> str:
+    """Whose GEMM library a rung is judged against: XLA for JAX rungs, torch's otherwise."""
+    return "xla" if framework == "jax" else "torch"
 
 
 def _family(cell: str) -> str:
@@ -106,10 +171,10 @@ def table_rows(res: Results) -> list[dict]:
         roof = res.roofs.get((m["cell"], m["workload_name"], m["device"]))
         if roof and roof.get("dtype", "float32") != m["dtype"]:
             roof = None  # the roof's GEMMs ran in float32: it says nothing of a bf16 row
-        roof_g = roof.get("roof_gflops") if roof else None
-        roof_lib = roof.get("best") if roof else None
-        if roof and m.get("framework") == "jax" and roof.get("roof_xla_gflops"):
-            roof_g, roof_lib = roof["roof_xla_gflops"], "xla"  # each framework against its own GEMM library
+        own = roof_framework(m.get("framework"))  # its own framework's GEMM libraries
+        roof_g = roof.get("roof_machine_forward_gflops") if roof else None
+        roof_train = roof.get("roof_machine_train_gflops") if roof else None
+        own_train = roof.get(f"roof_{own}_train_gflops") if roof else None
         rows.append(dict(
             impl=m["impl"], framework=m.get("framework"), rung=m.get("rung"), group=m.get("group", "main"),
             cell=m["cell"], workload=m["workload_name"], device=m["device"], dtype=m["dtype"],
@@ -119,9 +184,10 @@ def table_rows(res: Results) -> list[dict]:
             forward_x_native=_ratio(m.get("forward_s"), native and native.get("forward_s")),
             train_x_native=_ratio(m.get("train_s"), native and native.get("train_s")),
             gflops_forward=m.get("gflops_forward"), gflops_train=m.get("gflops_train"),
-            roof_gflops=roof_g, roof_library=roof_lib,
+            roof_gflops=roof_g, roof_train_gflops=roof_train,
             roof_fraction_forward=_ratio(m.get("gflops_forward"), roof_g),
-            roof_fraction_train=_ratio(m.get("gflops_train"), roof_g),
+            roof_fraction_train=_ratio(m.get("gflops_train"), roof_train),
+            own_roof_fraction_train=_ratio(m.get("gflops_train"), own_train),
             peak_rss_mib=_mib(m.get("peak_rss_bytes")), peak_device_mib=_mib(m.get("peak_device_bytes")),
             first_forward_s=m.get("first_forward_s"), first_train_s=m.get("first_train_s"),
             parity_max_error=parity_of(res, m["impl"], m["cell"], m["dtype"]),
@@ -241,7 +307,7 @@ def rich_table(rows: list[dict], title: str = "rnnbench"):
 
 CSV_FIELDS = ["impl", "framework", "rung", "group", "cell", "workload", "device", "dtype", "status", "reason",
               "forward_ms", "forward_iqr_ms", "train_ms", "train_iqr_ms", "forward_x_native", "train_x_native",
-              "gflops_forward", "gflops_train", "roof_gflops", "roof_library", "roof_fraction_forward",
+              "gflops_forward", "gflops_train", "roof_gflops", "roof_train_gflops", "roof_fraction_forward",
               "roof_fraction_train", "peak_rss_mib", "peak_device_mib", "first_forward_s", "first_train_s",
               "parity_max_error", "parity_ok", "forward_n", "train_n", "threads",
               "parity_bound_ratio", "kernel_isa", "flags"]

@@ -7,15 +7,16 @@ hang or out-of-memory kill still leaves what was measured before it.
 
 `measure`: build the workload; time the first forward and the first train step (trace +
 compile) separately; warm up; time up to `repeats` calls of each (stopping early, after at
-least 3, once `budget_s` is spent; a job whose `phases` is ["train"] skips the forward
-phases: the study's custom-cell rows); median and IQR; peak RSS (clean: one process per
+least 3, once `budget_s` is spent; a job's `phases` may name only one: the study's
+custom-cell rows are ["train"], its one-thread rows ["forward"]); median and IQR; peak RSS (clean: one process per
 measurement) and, on CUDA, peak device memory; GFLOP/s from `RNNSpec.flops` (train step =
 3x forward FLOPs: each GEMM has two in backward); and, if asked, the parity error of the
 implementation against the float64 reference on a few small shared vectors.
 
-`roof`: the machine's GEMM roof at the workloads' GEMM shapes, with `torch.mm` (MKL on
+`roof`: GEMM rates at the workloads' GEMM shapes (the roof is derived from them), with `torch.mm` (MKL on
 CPU, cuBLAS on CUDA) and with oneDNN (`torch.ops.mkldnn._linear_pointwise` on a weight
-prepacked by `torch.ops.mkldnn._reorder_linear_weight`).
+prepacked by `torch.ops.mkldnn._reorder_linear_weight`), XLA's dot, and each framework's
+chain of T step GEMMs in one compiled loop.
 
 `probe`: for each implementation of one framework, why it cannot run here (or None).
 
@@ -166,11 +167,13 @@ def measure(job: dict, result_path: str) -> dict:
         wl = adapter.make_workload(spec, seq_len=w["seq_len"], batch=w["batch"], dtype=dtype,
                                    device=device, seed=job.get("seed", 0),
                                    **({} if lengths is None else {"lengths": lengths}))
-        forward = "forward" in job.get("phases", ("forward", "train"))
+        phases = job.get("phases", ("forward", "train"))
+        forward, train = "forward" in phases, "train" in phases
         save(build_s=time.perf_counter() - t0, phase="first_forward" if forward else "first_train_step")
         if forward:
-            save(first_forward_s=timed(wl.forward), phase="first_train_step")
-        save(first_train_s=timed(wl.train_step), phase="forward" if forward else "train_step")
+            save(first_forward_s=timed(wl.forward), phase="first_train_step" if train else "forward")
+        if train:
+            save(first_train_s=timed(wl.train_step), phase="forward" if forward else "train_step")
         repeats, budget, warmup = job["repeats"], job["budget_s"], job.get("warmup", 1)
         min_time = job.get("min_time_s", 0.0)
         flops = spec.flops(w["seq_len"], w["batch"])
@@ -180,13 +183,13 @@ def measure(job: dict, result_path: str) -> dict:
             fwd = summarize(time_calls(wl.forward, repeats, budget, min_time_s=min_time))
             save(forward_s=fwd["median"], forward_iqr_s=fwd["iqr"], forward_n=fwd["n"],
                  gflops_forward=flops / fwd["median"] / 1e9, phase="train_step")
-        for _ in range(warmup):
-            wl.train_step()
-        trn = summarize(time_calls(wl.train_step, repeats, budget, min_time_s=min_time))
-        save(train_s=trn["median"], train_iqr_s=trn["iqr"], train_n=trn["n"],
-             gflops_train=3 * flops / trn["median"] / 1e9,
-             peak_rss_bytes=peak_rss_bytes(), peak_device_bytes=fw.peak_memory_bytes(device),
-             phase="parity")
+        if train:
+            for _ in range(warmup):
+                wl.train_step()
+            trn = summarize(time_calls(wl.train_step, repeats, budget, min_time_s=min_time))
+            save(train_s=trn["median"], train_iqr_s=trn["iqr"], train_n=trn["n"],
+                 gflops_train=3 * flops / trn["median"] / 1e9)
+        save(peak_rss_bytes=peak_rss_bytes(), peak_device_bytes=fw.peak_memory_bytes(device), phase="parity")
         del wl
         if job.get("parity"):
             save(**parity(adapter, job["impl"], job["cell"], dtype, device, job.get("parity_cases", 2)))
@@ -286,8 +289,11 @@ def parity(adapter, impl: str, cell: str, dtype: str, device: str, limit: int = 
 
 
 # ---- GEMM roof -------------------------------------------------------------------------
+ROOF_WINDOWS = 5
+
+
 def best_call_seconds(fn, sync, min_time: float) -> float:
-    """Best (over 3 batches) mean time of one call: the roof is an upper bound.
+    """Best (over ROOF_WINDOWS batches) mean time of one call: the roof is an upper bound.
 
     Calls run in chunks that double until a batch lasts `min_time`; the device is
     synchronized at the end of each chunk, not after every call.
@@ -296,7 +302,7 @@ def best_call_seconds(fn, sync, min_time: float) -> float:
         fn()
     sync()
     best = float("inf")
-    for _ in range(3):
+    for _ in range(ROOF_WINDOWS):
         n, chunk, t0 = 0, 1, time.perf_counter()
         while True:
             for _ in range(chunk):
@@ -312,15 +318,16 @@ def best_call_seconds(fn, sync, min_time: float) -> float:
 
 
 def roof(job: dict, result_path: str) -> dict:
-    """For each (cell, workload): GEMM GFLOP/s at its step and input shapes, and its roof.
+    """For each (cell, workload): GEMM GFLOP/s at its step and input shapes, per library.
 
-    The workload roof is what a perfect implementation would reach if its only cost were
-    its GEMMs: forward FLOPs / (one input-projection GEMM + T step GEMMs).  Per library:
-    torch's `mm` and oneDNN, and XLA's dot (jitted, same threads) where JAX is installed,
-    so that each framework is judged against its own GEMM library (`roof_torch_gflops`,
-    `roof_xla_gflops`).
+    Libraries: torch's `mm` and oneDNN, and XLA's dot (jitted, same threads) where JAX is
+    installed; at the step shape also each framework's "chain" (T dependent step GEMMs in one
+    compiled loop, no per-call dispatch).  The roofs are derived from these rates when the
+    report is made (`shared.study.table.derive_roof`), so that a roof measured again at the
+    end of the run can raise them.
     """
     from ..registry import framework
+    from .workloads import Workload
 
     torch_fw = framework("torch")
     torch_fw.set_threads(job["threads"])
@@ -332,41 +339,30 @@ def roof(job: dict, result_path: str) -> dict:
     except ImportError as e:  # a torch-only install: no XLA roof, said in the record
         jax_fw, rec["xla_roof"] = None, f"no XLA roof: {e}"
 
-    def gemm_gflops(m, k, n, device, min_time):
-        rates = torch_fw.gemm_gflops(m, k, n, device=device, min_time=min_time)
+    def gemm_gflops(m, k, n, steps, device, min_time):
+        rates = torch_fw.gemm_gflops(m, k, n, device=device, min_time=min_time, steps=steps)
         out = {"mm": rates["torch.mm"], "onednn": rates["onednn"]}
+        if steps:
+            out["chain_torch"] = rates["chain"]
         if jax_fw is not None:
-            out["xla"] = jax_fw.gemm_gflops(m, k, n, device=device, min_time=min_time)["xla"]
+            rates = jax_fw.gemm_gflops(m, k, n, device=device, min_time=min_time, steps=steps)
+            out["xla"] = rates["xla"]
+            if steps:
+                out["chain_xla"] = rates["chain"]
         return out
 
     write_json(result_path, rec)
     cache: dict[tuple, dict] = {}
     for item in job["items"]:
-        w, cell = item["workload"], item["cell"]
-        from .workloads import Workload
-
-        wl = Workload.from_dict(w)
-        shapes = {"step": wl.step_gemm(cell), "input": wl.input_gemm(cell)}
-        row = {"cell": cell, "workload": wl.name, "step_shape": list(shapes["step"]),
-               "input_shape": list(shapes["input"])}
+        wl, cell = Workload.from_dict(item["workload"]), item["cell"]
+        shapes = {"step": (*wl.step_gemm(cell), wl.seq_len), "input": (*wl.input_gemm(cell), None)}
+        row = {"cell": cell, "workload": wl.name, "step_shape": list(shapes["step"][:3]),
+               "input_shape": list(shapes["input"][:3]), "seq_len": wl.seq_len, "flops_forward": wl.flops(cell)}
         for part, shape in shapes.items():
             if shape not in cache:
                 cache[shape] = gemm_gflops(*shape, device=job["device"], min_time=job.get("min_time", 0.1))
             for lib, g in cache[shape].items():
                 row[f"{part}_{lib}_gflops"] = g
-        fl = wl.flops(cell)
-        for lib in cache[shapes["step"]]:
-            gs, gi = row[f"step_{lib}_gflops"], row[f"input_{lib}_gflops"]
-            if gs is None or gi is None:
-                row[f"roof_{lib}_gflops"] = None
-                continue
-            (ms, ks, ns), (mi, ki, ni) = shapes["step"], shapes["input"]
-            seconds = wl.seq_len * 2.0 * ms * ks * ns / (gs * 1e9) + 2.0 * mi * ki * ni / (gi * 1e9)
-            row[f"roof_{lib}_gflops"] = fl / seconds / 1e9
-        libs = {lib: row[f"roof_{lib}_gflops"] for lib in ("mm", "onednn") if row[f"roof_{lib}_gflops"]}
-        row["best"] = max(libs, key=libs.get)
-        row["roof_gflops"] = row["roof_torch_gflops"] = libs[row["best"]]  # torch's roof; XLA's apart
-        row["roof_xla_gflops"] = row.get("roof_xla_gflops")
         rec["rows"].append(row)
         write_json(result_path, rec)
     rec["status"] = "ok"

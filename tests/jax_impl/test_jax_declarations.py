@@ -59,3 +59,5 @@ def test_framework_adapter_functions():
         adapter.set_threads(0)
     rates = adapter.gemm_gflops(16, 8, 12, device="cpu", min_time=0.001)
     assert set(rates) == {"xla"} and rates["xla"] > 0
+    chained = adapter.gemm_gflops(4, 8, 24, device="cpu", min_time=0.001, steps=5)
+    assert set(chained) == {"xla", "chain"} and chained["chain"] > 0

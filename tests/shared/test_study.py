@@ -201,10 +201,10 @@ def _synthetic_sweep_records():
 def test_report_and_plots_are_written(failing_study, tmp_path):
     out, records = failing_study
     extra = _synthetic_sweep_records()[1:]
-    roof = dict(kind="roof", key="roof|lstm|quick|cpu", cell="lstm", workload="quick", device="cpu",
-                step_shape=[4, 32, 128], input_shape=[32, 16, 128], step_mm_gflops=1.0, step_onednn_gflops=2.0,
-                input_mm_gflops=1.0, input_onednn_gflops=2.0, roof_mm_gflops=1.0, roof_onednn_gflops=2.0,
-                best="onednn", roof_gflops=2.0, status="ok")
+    roof = dict(kind="roof", key="roof|lstm|quick|cpu|start", cell="lstm", workload="quick", device="cpu",
+                step_shape=[4, 32, 128], input_shape=[32, 16, 128], seq_len=8, flops_forward=1_000_000,
+                step_mm_gflops=1.0, step_onednn_gflops=2.0, step_chain_torch_gflops=1.5,
+                input_mm_gflops=1.0, input_onednn_gflops=2.0, status="ok")
     path = tmp_path / "results.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records + extra + [roof]) + "\n{cut short")
     report = write_report(path)
@@ -216,10 +216,13 @@ def test_report_and_plots_are_written(failing_study, tmp_path):
     assert "fake.hang lstm quick: timeout" in text  # failures listed with their reason
     assert "fake.absent: the fake 'absent' implementation is never available" in text
     assert "![time against T](time_vs_seq_len.png)" in text
-    assert "onednn" in text  # the roof and which library the fractions are relative to
+    assert "| torch roof fwd |" in text  # the roof and whose libraries the fractions are relative to
     native = by_impl(records)["torch.native"]
     rows = {r["impl"]: r for r in table_rows(collect(read_records(path))) if r["group"] == "main"}
-    assert rows["torch.native"]["roof_fraction_forward"] == pytest.approx(native["gflops_forward"] / 2.0)
+    # every rate at its best: 2 GFLOP/s (oneDNN) for the step and the input GEMMs alike
+    assert rows["torch.native"]["roof_gflops"] == pytest.approx(1e6 / ((2 * 4 * 32 * 128 * 8 + 2 * 32 * 16 * 128) / 2e9) / 1e9)
+    assert rows["torch.native"]["roof_fraction_forward"] == pytest.approx(
+        native["gflops_forward"] / rows["torch.native"]["roof_gflops"])
     csv_lines = (tmp_path / "results.csv").read_text().splitlines()
     assert csv_lines[0].startswith("impl,framework,rung")
     assert len(csv_lines) == 1 + sum(r.get("kind") == "measurement" for r in records + extra)
@@ -396,10 +399,14 @@ def test_real_end_to_end_quick_run(tmp_path):
     assert native["forward_s"] > 0 and native["train_s"] > 0
     assert native["parity_ok"] is True, native
     roofs = [r for r in records if r.get("kind") == "roof"]
-    assert roofs and roofs[0]["step_mm_gflops"] > 0 and roofs[0]["best"] in ("mm", "onednn")
+    assert [r["roof_pass"] for r in roofs] == ["start", "end"]  # measured again at the end of the run
+    assert roofs[0]["step_mm_gflops"] > 0 and roofs[0]["step_chain_torch_gflops"] > 0
+    roof = collect(records).roofs[("lstm", "quick", "cpu")]
+    assert roof["roof_passes"] == 2 and roof["roof_torch_train_gflops"] > 0
     if importlib.util.find_spec("jax") is not None:  # each framework's own GEMM library
-        assert roofs[0]["step_xla_gflops"] > 0 and roofs[0]["roof_xla_gflops"] > 0
-        assert "roof XLA" in (tmp_path / "report.md").read_text()
+        assert roofs[0]["step_xla_gflops"] > 0 and roofs[0]["step_chain_xla_gflops"] > 0
+        assert roof["roof_xla_forward_gflops"] > 0
+        assert "XLA roof fwd" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "report.md").stat().st_size > 0
     assert "torch.native" in proc.stdout
 
@@ -504,3 +511,78 @@ def test_the_realistic_workload_is_a_packed_two_layer_bidirectional_batch():
     assert (lengths == r1.lengths(0)).all() and workloads.Workload.from_dict(r1.to_dict()) == r1
     assert "packed" in r1.describe()
 
+
+
+# ---- the roof ----------------------------------------------------------------------------
+
+def test_the_roof_gives_each_flop_the_best_rate_it_could_get_and_keeps_the_better_of_two_passes():
+    from shared.study.table import derive_roof, merge_roof
+    # T=10 steps of (2 x 8) x (8 x 32); input projection (20 x 4) x (4 x 32)
+    start = dict(cell="lstm", workload="w", step_shape=[2, 8, 32], input_shape=[20, 4, 32], seq_len=10,
+                 flops_forward=20_000, step_mm_gflops=1.0, step_onednn_gflops=0.5, step_chain_torch_gflops=2.0,
+                 input_mm_gflops=8.0, input_onednn_gflops=4.0, step_xla_gflops=1.0, step_chain_xla_gflops=1.0,
+                 input_xla_gflops=4.0)
+    end = dict(start, step_chain_torch_gflops=1.0, input_mm_gflops=10.0)
+    merged = merge_roof(merge_roof(None, start), end)
+    assert merged["roof_passes"] == 2 and merged["step_chain_torch_gflops"] == 2.0
+    assert merged["input_mm_gflops"] == 10.0 and merged["roof_drift"] == pytest.approx(1.0)  # 2.0 -> 1.0
+    roof = derive_roof(merged)
+    f_step, f_in = 2 * 2 * 8 * 32 * 10, 2 * 20 * 4 * 32
+    r_step, r_big = 2e9, 10e9  # torch: the chained step; the best input GEMM
+    assert roof["roof_torch_forward_gflops"] == pytest.approx(20_000 / (f_in / r_big + f_step / r_step) / 1e9)
+    # backward: dh's step GEMMs sequential, the weight gradient batched with the input GEMMs
+    assert roof["roof_torch_train_gflops"] == pytest.approx(
+        3 * 20_000 / ((3 * f_in + f_step) / r_big + 2 * f_step / r_step) / 1e9)
+    assert roof["roof_torch_step_from"] == "chain_torch"
+    assert roof["roof_xla_forward_gflops"] == pytest.approx(20_000 / (f_in / 4e9 + f_step / 1e9) / 1e9)
+    # a rung that batches its weight gradient stays under the forward+backward roof it would have beaten
+    # when every backward FLOP was charged at the step rate
+    assert roof["roof_torch_train_gflops"] > 3 * 20_000 / (3 * (f_in / r_big + f_step / r_step)) / 1e9
+
+
+def test_one_thread_rows_are_planned_forward_only_with_their_own_name(fake_registry, monkeypatch, tmp_path):
+    names = fake_registry("slow", "crash")
+    monkeypatch.setattr(runner, "ONE_THREAD_IMPLS", ("torch.native", "fake.slow"))
+    s2 = workloads.resolve("S2")[0]
+    config = StudyConfig(out=tmp_path, workloads=[s2], one_thread_workloads=[s2], threads=2)
+    jobs = [j for j in runner.plan(config, names) if j["group"] == "threads"]
+    assert {j["impl"] for j in jobs} == {"torch.native", "fake.slow"}
+    assert {j["workload_name"] for j in jobs} == {"S2@1t"} and {j["cell"] for j in jobs} == {"lstm"}
+    assert {j["threads"] for j in jobs} == {1} and all(j["phases"] == ["forward"] for j in jobs)
+
+
+def test_report_has_the_jax_targets_and_the_threads_sections(tmp_path):
+    s1, s2 = workloads.resolve("S1,S2")
+    meta = dict(kind="meta", run_id="r1", started="t", argv=None, device="cpu", dtype="float32", threads=2,
+                repeats=3, budget_s=1.0, min_time_s=0.1, timeout=60, resumed=False, machine={})
+    recs = [meta]
+
+    def m(impl, fw, w, forward_s, train_s=None, group="main", threads=2, name=None):
+        flops = w.flops("lstm")
+        recs.append(dict(kind="measurement", run_id="r1", key=f"{impl}{name or w.name}", group=group, impl=impl,
+                         framework=fw, cell="lstm", workload_name=name or w.name, workload=w.to_dict(), device="cpu",
+                         dtype="float32", status="ok", threads=threads, forward_s=forward_s, train_s=train_s,
+                         gflops_forward=flops / forward_s / 1e9,
+                         gflops_train=train_s and 3 * flops / train_s / 1e9))
+
+    m("torch.native", "torch", s1, 0.10, 0.40)
+    m("jax.scan", "jax", s1, 0.15, 0.60)
+    m("jax.bptt", "jax", s1, 0.12, 0.42)
+    m("torch.native", "torch", s2, 0.002, 0.01)
+    m("torch.native", "torch", s2, 0.0025, group="threads", threads=1, name="S2@1t")
+    for w, name, threads, rate in ((s1, "S1", 2, 150.0), (s2, "S2", 2, 20.0), (s2, "S2@1t", 1, 18.0)):
+        recs.append(dict(kind="roof", key=f"roof|lstm|{name}|cpu|start", cell="lstm", workload=name, device="cpu",
+                         threads=threads, step_shape=list(w.step_gemm("lstm")), input_shape=list(w.input_gemm("lstm")),
+                         seq_len=w.seq_len, flops_forward=w.flops("lstm"), step_mm_gflops=rate,
+                         step_chain_torch_gflops=rate, input_mm_gflops=rate, step_xla_gflops=rate,
+                         step_chain_xla_gflops=rate, input_xla_gflops=rate, status="ok"))
+    path = tmp_path / "results.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    text = write_report(path, tmp_path).read_text()
+    targets = text[text.index("## The JAX targets (S1, forward+backward)"):]
+    assert "| lstm | jax.bptt (best JAX) | 1.05x | met (<= 1.1x) |" in targets
+    assert "| lstm | jax.scan (jax.scan) | 1.50x | missed (<= 1.1x) |" in targets
+    threads = text[text.index("## Threads: forward on 1 and 2 threads"):]
+    assert "| torch.native | 2.5 | 2 | 1.25x |" in threads
+    assert "torch 18.0 GFLOP/s on 1 thread, 20.0 on 2 (1.11x" in threads
+    assert "| torch.native | lstm | S2@1t |" not in text  # not in the main table

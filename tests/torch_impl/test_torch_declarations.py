@@ -63,5 +63,7 @@ def test_framework_adapter_functions():
         torch.set_num_threads(threads)
     rates = adapter.gemm_gflops(16, 8, 12, device="cpu", min_time=0.001)
     assert set(rates) == {"torch.mm", "onednn"} and rates["torch.mm"] > 0
+    chained = adapter.gemm_gflops(4, 8, 24, device="cpu", min_time=0.001, steps=5)
+    assert set(chained) == {"torch.mm", "onednn", "chain"} and chained["chain"] > 0
     with pytest.raises(ValueError, match="dtype"):
         adapter.torch_dtype("int7")
