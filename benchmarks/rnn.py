@@ -7,6 +7,10 @@ Suites (parametrized over implementation x cell x workload x dtype):
   train step;
 - `RatioToNative.track_train_ratio`: fwd+bwd time over float32 nn.LSTM / nn.GRU of the same
   workload, both timed alternately in one process (robust to machine noise);
+- `RoofFraction.track_train_roof_fraction`: the same process's fwd+bwd time against its own
+  framework's GEMM roof (torch's libraries for torch rungs, XLA's for JAX rungs), the GEMM
+  rates measured in setup (`shared.study.worker.roof_rows`, `shared.study.table.derive_roof`);
+  float32, the single-layer workloads (the roof needs one step GEMM);
 - `FirstCall.track_first_call_seconds`: first forward + first train step (trace +
   compile) in a fresh process (`shared.study.worker`), so no cache of this process helps.
 
@@ -150,6 +154,39 @@ class RatioToNative:
         return statistics.median(times["rung"]) / statistics.median(times["native"])
 
     track_train_ratio.unit = "x float32 nn.LSTM/nn.GRU"
+
+
+class RoofFraction:
+    """Forward+backward time of a rung against its own framework's GEMM roof (the time its
+    GEMMs alone would take at the best rates torch's libraries, or XLA's, reach at these
+    shapes), rates and times taken in one process: higher is better, 1.0 is the bound."""
+
+    params = [registry.names(), list(STANDARD_CELLS), [n for n, w in _BY_NAME.items() if w.has_roof], ["float32"]]
+    param_names = PARAM_NAMES
+    timeout = 600
+    repeat = 1
+    number = 1
+
+    def setup(self, impl, cell, workload, dtype):
+        from shared.study.table import derive_roof, roof_framework
+        from shared.study.worker import roof_rows
+
+        self.rung = _build(impl, cell, workload, dtype)
+        fw = registry.get(impl).framework
+        w = _BY_NAME[workload]
+        row = derive_roof(roof_rows([dict(cell=cell, workload=w.to_dict())], DEVICE, min_time=0.05,
+                                    frameworks=(fw,))[0])
+        self.roof_s = 3 * w.flops(cell) / (row[f"roof_{roof_framework(fw)}_train_gflops"] * 1e9)
+
+    def track_train_roof_fraction(self, impl, cell, workload, dtype):
+        samples = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            self.rung.train_step()
+            samples.append(time.perf_counter() - t0)
+        return self.roof_s / statistics.median(samples)
+
+    track_train_roof_fraction.unit = "fraction of own GEMM roof"
 
 
 class Memory:

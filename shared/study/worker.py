@@ -317,54 +317,73 @@ def best_call_seconds(fn, sync, min_time: float) -> float:
     return best
 
 
-def roof(job: dict, result_path: str) -> dict:
-    """For each (cell, workload): GEMM GFLOP/s at its step and input shapes, per library.
-
-    Libraries: torch's `mm` and oneDNN, and XLA's dot (jitted, same threads) where JAX is
-    installed; at the step shape also each framework's "chain" (T dependent step GEMMs in one
-    compiled loop, no per-call dispatch).  The roofs are derived from these rates when the
-    report is made (`shared.study.table.derive_roof`), so that a roof measured again at the
-    end of the run can raise them.
-    """
+def roof_rows(items: list[dict], device: str, min_time: float = 0.1, frameworks=("torch", "jax"), on_row=None):
+    """GEMM rates of each item's (cell, workload) shapes with the GEMM libraries of
+    `frameworks` (those installed); one row per item, with what `table.derive_roof` needs.
+    Libraries: torch's `mm` and oneDNN, XLA's dot; at the step shape also each framework's
+    "chain" (T dependent step GEMMs in one compiled loop, no per-call dispatch)."""
     from ..registry import framework
     from .workloads import Workload
 
-    torch_fw = framework("torch")
-    torch_fw.set_threads(job["threads"])
-    rec = {"status": "running", "versions": torch_fw.versions(), "rows": []}
-    try:
-        jax_fw = framework("jax")
-        jax_fw.set_threads(job["threads"])
-        rec["versions"].update(jax_fw.versions())
-    except ImportError as e:  # a torch-only install: no XLA roof, said in the record
-        jax_fw, rec["xla_roof"] = None, f"no XLA roof: {e}"
+    fws = {name: framework(name) for name in frameworks}
 
-    def gemm_gflops(m, k, n, steps, device, min_time):
-        rates = torch_fw.gemm_gflops(m, k, n, device=device, min_time=min_time, steps=steps)
-        out = {"mm": rates["torch.mm"], "onednn": rates["onednn"]}
-        if steps:
-            out["chain_torch"] = rates["chain"]
-        if jax_fw is not None:
-            rates = jax_fw.gemm_gflops(m, k, n, device=device, min_time=min_time, steps=steps)
+    def gemm_gflops(m, k, n, steps):
+        out = {}
+        if "torch" in fws:
+            rates = fws["torch"].gemm_gflops(m, k, n, device=device, min_time=min_time, steps=steps)
+            out.update(mm=rates["torch.mm"], onednn=rates["onednn"])
+            if steps:
+                out["chain_torch"] = rates["chain"]
+        if "jax" in fws:
+            rates = fws["jax"].gemm_gflops(m, k, n, device=device, min_time=min_time, steps=steps)
             out["xla"] = rates["xla"]
             if steps:
                 out["chain_xla"] = rates["chain"]
         return out
 
-    write_json(result_path, rec)
     cache: dict[tuple, dict] = {}
-    for item in job["items"]:
+    rows = []
+    for item in items:
         wl, cell = Workload.from_dict(item["workload"]), item["cell"]
         shapes = {"step": (*wl.step_gemm(cell), wl.seq_len), "input": (*wl.input_gemm(cell), None)}
         row = {"cell": cell, "workload": wl.name, "step_shape": list(shapes["step"][:3]),
                "input_shape": list(shapes["input"][:3]), "seq_len": wl.seq_len, "flops_forward": wl.flops(cell)}
         for part, shape in shapes.items():
             if shape not in cache:
-                cache[shape] = gemm_gflops(*shape, device=job["device"], min_time=job.get("min_time", 0.1))
+                cache[shape] = gemm_gflops(*shape)
             for lib, g in cache[shape].items():
                 row[f"{part}_{lib}_gflops"] = g
+        rows.append(row)
+        if on_row:
+            on_row(row)
+    return rows
+
+
+def roof(job: dict, result_path: str) -> dict:
+    """For each (cell, workload): GEMM GFLOP/s at its step and input shapes, per library
+    (`roof_rows`).  The roofs are derived from these rates when the report is made
+    (`shared.study.table.derive_roof`), so that a roof measured again at the end of the run
+    can raise them."""
+    from ..registry import framework
+
+    torch_fw = framework("torch")
+    torch_fw.set_threads(job["threads"])
+    rec = {"status": "running", "versions": torch_fw.versions(), "rows": []}
+    frameworks = ["torch"]
+    try:
+        jax_fw = framework("jax")
+        jax_fw.set_threads(job["threads"])
+        rec["versions"].update(jax_fw.versions())
+        frameworks.append("jax")
+    except ImportError as e:  # a torch-only install: no XLA roof, said in the record
+        rec["xla_roof"] = f"no XLA roof: {e}"
+    write_json(result_path, rec)
+
+    def on_row(row):
         rec["rows"].append(row)
         write_json(result_path, rec)
+
+    roof_rows(job["items"], job["device"], job.get("min_time", 0.1), frameworks, on_row)
     rec["status"] = "ok"
     rec["torch_threads"] = job["threads"]
     write_json(result_path, rec)

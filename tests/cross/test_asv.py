@@ -86,3 +86,16 @@ def test_quick_smoke_run_against_this_environment(tmp_path):
     assert "failed" not in out, out
     # asv prints the timed result, e.g. "[100.00%] ··· rnn.RNN.time_forward   ok" then the value table
     assert re.search(r"rnn\.RNN\.time_forward\s+ok", out), out
+
+
+def test_roof_fraction_benchmark_measures_its_own_frameworks_roof_in_process(tmp_path):
+    code = ("import benchmarks.rnn as b\n"
+            "assert b.RoofFraction.params[1:] == [['lstm', 'gru'], ['quick'], ['float32']], b.RoofFraction.params\n"
+            "r = b.RoofFraction()\n"
+            "r.setup('torch.bptt', 'lstm', 'quick', 'float32')\n"
+            "print('fraction', r.track_train_roof_fraction('torch.bptt', 'lstm', 'quick', 'float32'))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    fraction = float(proc.stdout.split("fraction")[-1])
+    assert 0 < fraction < 10, fraction
