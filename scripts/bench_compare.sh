@@ -32,7 +32,26 @@ fi
 $ASV machine --yes >/dev/null
 echo "bench-compare: $BASE..$HEAD, factor $FACTOR, benchmarks /$BENCH/, profile ${RNNBENCH_PROFILE:-quick}"
 # --interleave-rounds alternates the two commits' processes; a benchmark that fails at HEAD
-# (and ran at BASE) makes asv exit non-zero too.
+# (and ran at BASE) makes asv exit non-zero too; one that crashes is reported failed for
+# that commit and the others still run.
+set +e
 RNNBENCH_PROFILE="${RNNBENCH_PROFILE:-quick}" RNNBENCH_DTYPES="${RNNBENCH_DTYPES:-float32}" \
     $ASV continuous --factor "$FACTOR" --split --interleave-rounds -a rounds=2 --show-stderr \
     -b "$BENCH" "$BASE" "$HEAD"
+status=$?
+# A benchmark with no result at BASE is not compared: say so rather than pass in silence.
+missing=$(python3 scripts/asv_results.py .asv/results "$(git rev-parse "$BASE^{commit}")" \
+          "$(git rev-parse "$HEAD^{commit}")" "$BENCH")
+check=$?
+set -e
+if [ "$check" = 2 ]; then
+    echo "bench-compare: no previous results: nothing measured at HEAD has a result at BASE ($BASE)," >&2
+    echo "  so nothing was compared. The benchmarks matching /$BENCH/ failed or did not exist at BASE" >&2
+    echo "  (asv's log above says why): choose a BASE where they run, or a BENCH that existed there." >&2
+    [ -n "$missing" ] && echo "$missing" | sed 's/^/  no result at BASE: /' >&2
+    exit 2
+elif [ "$check" = 1 ]; then
+    echo "bench-compare: not compared (no result at BASE $BASE; they failed or did not exist there):" >&2
+    echo "$missing" | sed 's/^/  /' >&2
+fi
+exit $status
