@@ -119,6 +119,8 @@ def test_a_benchmark_that_crashes_at_base_is_reported_and_the_rest_are_compared(
 
 def test_no_previous_results_is_an_error_that_says_what_to_do(clone, tmp_path):
     """asv stubbed out (ASV=true): only the script's reading of the recorded results runs."""
+    for n in (1, 2):  # two commits no earlier test has results for
+        _git(clone, "commit", "-q", "--allow-empty", "-m", f"empty {n}")
     base, head = (_git(clone, "rev-parse", r).strip() for r in ("HEAD~1", "HEAD"))
     results = clone / ".asv" / "results" / "box"
     results.mkdir(parents=True, exist_ok=True)
