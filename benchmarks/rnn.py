@@ -176,7 +176,7 @@ class RoofFraction:
         w = _BY_NAME[workload]
         row = derive_roof(roof_rows([dict(cell=cell, workload=w.to_dict())], DEVICE, min_time=0.05,
                                     frameworks=(fw,))[0])
-        self.roof_s = 3 * w.flops(cell) / (row[f"roof_{roof_framework(fw)}_train_gflops"] * 1e9)
+        self.roof_s = 3 * w.flops(cell) / (row[f"roof_{roof_framework(fw)}_gflops"] * 1e9)
 
     def track_train_roof_fraction(self, impl, cell, workload, dtype):
         samples = []
