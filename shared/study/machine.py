@@ -86,6 +86,33 @@ def load_average() -> list[float] | None:
         return None
 
 
+def cpu_account() -> dict | None:
+    """CPU seconds so far: the whole machine's busy time, the hypervisor's steal, and what
+    this process and the children it has waited for used.  Two of them, at the start and the
+    end of a study, give other processes' CPU time during it (None without psutil)."""
+    import resource
+    import time
+
+    try:
+        import psutil
+    except ImportError:
+        return None
+    t = psutil.cpu_times()
+    own = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+              for f in ("ru_utime", "ru_stime"))
+    return {"wall": time.time(), "busy": sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq")),
+            "steal": getattr(t, "steal", 0.0), "own": own}
+
+
+def others_cpu(start: dict | None, end: dict | None) -> dict | None:
+    """Other processes' CPU seconds between two `cpu_account`s, the wall seconds, and the
+    hypervisor's steal: {"others_s", "wall_s", "steal_s"}."""
+    if not start or not end:
+        return None
+    return {"others_s": max(0.0, (end["busy"] - start["busy"]) - (end["own"] - start["own"])),
+            "wall_s": end["wall"] - start["wall"], "steal_s": end["steal"] - start["steal"]}
+
+
 def machine_info(device: str = "cpu", threads: int | None = None) -> dict:
     flags = cpu_flags()
     info = {

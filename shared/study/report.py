@@ -26,7 +26,10 @@ from .table import (
     what_to_use_markdown,
     write_csv,
 )
+from .machine import others_cpu
 from .worker import MAX_TIMED_CALLS
+
+QUIET_OTHERS_SHARE = 0.1  # other processes using more than a tenth of a CPU: the machine was not quiet
 
 
 def _machine_section(res: Results) -> list[str]:
@@ -52,14 +55,25 @@ def _machine_section(res: Results) -> list[str]:
         lines.append(f"- rnnbench commit: {m['git_commit']}")
     if meta.get("argv") is not None:
         lines.append(f"- Command: `rnnbench {' '.join(meta['argv'])}`")
-    start = m.get("load_average")
-    end = next((e.get("load_average") for e in reversed(res.ends) if e.get("run_id") == meta.get("run_id")), None)
-    if start or end:
-        cpus = m.get("usable_cpus") or 1
+    end_rec = next((e for e in reversed(res.ends) if e.get("run_id") == meta.get("run_id")), {})
+    start, end = m.get("load_average"), end_rec.get("load_average")
+    cpus = m.get("usable_cpus") or 1
+    others = others_cpu(meta.get("cpu"), end_rec.get("cpu"))
+    if others and others["wall_s"] > 0:
+        # the verdict from other processes' CPU time (the load average counts the study's own threads)
+        share = others["others_s"] / others["wall_s"]
+        busy = share > QUIET_OTHERS_SHARE
+        lines.append(f"- Other processes: {others['others_s']:.0f} CPU-s during the run's {others['wall_s']:.0f} s "
+                     f"({share:.0%} of one CPU; the hypervisor stole {others['steal_s']:.0f} s); load average "
+                     f"(1/5/15 min) {start} at the start, {end} at the end")
+    elif start or end:
         busy = any(load and load[0] > 0.5 * cpus + 1 for load in (start, end))
-        lines.append(f"- Load average (1/5/15 min): {start} at the start, {end} at the end"
-                     + (f" -- **the machine was not quiet** (above {0.5 * cpus + 1:.1f} for {cpus} CPUs): treat "
-                        "absolute times with suspicion; same-run ratios hold better" if busy else ""))
+        lines.append(f"- Load average (1/5/15 min): {start} at the start, {end} at the end")
+    else:
+        busy = False
+    if busy:
+        lines[-1] += (" -- **the machine was not quiet**: treat absolute times with suspicion; same-run ratios "
+                      "hold better")
     lines.append(f"- Timing: first call (trace + compile) timed apart; then {meta.get('repeats')} timed calls "
                  f"per phase (at least 3; fewer past {meta.get('budget_s')} s; fast calls timed on for "
                  f"{meta.get('min_time_s', 0)} s, at most {MAX_TIMED_CALLS}), medians reported; "

@@ -340,7 +340,7 @@ def _progress(enabled: bool, total: int):
 
 def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
     """Run (or resume) the study into `config.out`; return the path of results.jsonl."""
-    from .machine import load_average, machine_info
+    from .machine import cpu_account, load_average, machine_info
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -357,7 +357,8 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
     append_record(results, dict(kind="meta", run_id=run_id, started=_now(), argv=config.argv,
                                 device=config.device, dtype=config.dtype, threads=config.threads,
                                 repeats=config.repeats, budget_s=config.budget_s, min_time_s=config.min_time_s,
-                                timeout=config.timeout, resumed=bool(previous), machine=machine_info(config.device, config.threads)))
+                                timeout=config.timeout, resumed=bool(previous), machine=machine_info(config.device, config.threads),
+                                cpu=cpu_account()))
     log(f"probing {len(names)} implementations on {config.device} ...")
     planned = plan(config, names)
     reasons, unsupported = probe_availability(names, config.device, timeout=max(config.timeout, 120),
@@ -422,5 +423,6 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
             bar.advance(task)
         if end_roof:
             measure_roof(end_roof, "end")
-    append_record(results, dict(kind="end", run_id=run_id, finished=_now(), load_average=load_average()))
+    append_record(results, dict(kind="end", run_id=run_id, finished=_now(), load_average=load_average(),
+                                cpu=cpu_account()))
     return results

@@ -575,3 +575,23 @@ def test_report_has_the_jax_targets_and_the_threads_sections(tmp_path):
     assert "| torch.native | 2.5 | 2 | 1.25x |" in threads
     assert "torch 18.0 GFLOP/s on 1 thread, 20.0 on 2 (1.11x" in threads
     assert "| torch.native | lstm | S2@1t |" not in text  # not in the main table
+
+
+def test_the_report_counts_other_processes_cpu_time_not_the_studys_own_load(tmp_path):
+    from shared.study.machine import cpu_account, others_cpu
+    a = cpu_account()
+    sum(i * i for i in range(300_000))  # this process's own work is not "others"
+    b = cpu_account()
+    assert b["own"] > a["own"] and others_cpu(a, b)["others_s"] >= 0
+    meta = dict(kind="meta", run_id="r1", started="t", argv=None, device="cpu", dtype="float32", threads=2,
+                repeats=3, budget_s=1.0, min_time_s=0.1, timeout=60, resumed=False,
+                machine=dict(cpu="test cpu", usable_cpus=2, load_average=[2.1, 2.0, 1.9]),
+                cpu=dict(wall=0.0, busy=0.0, steal=0.0, own=0.0))
+    for others, quiet in ((5.0, True), (60.0, False)):  # over a 100 s run that used 190 CPU-s itself
+        end = dict(kind="end", run_id="r1", load_average=[2.2, 2.0, 1.9],
+                   cpu=dict(wall=100.0, busy=190.0 + others, steal=1.0, own=190.0))
+        path = tmp_path / f"results{others}.jsonl"
+        path.write_text("\n".join(json.dumps(r) for r in (meta, end)) + "\n")
+        text = write_report(path, tmp_path / str(others)).read_text()
+        assert f"- Other processes: {others:.0f} CPU-s during the run's 100 s ({others / 100:.0%} of one CPU" in text
+        assert ("the machine was not quiet" in text) is not quiet
