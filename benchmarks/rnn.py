@@ -90,6 +90,16 @@ def _build(impl: str, cell: str, workload: str, dtype: str):
     return wl
 
 
+def _median_train_seconds(workload, calls: int) -> float:
+    """Median wall time of `calls` train steps (each call synchronizes the device)."""
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        workload.train_step()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
 @lru_cache(maxsize=1)  # one parameter combination per benchmark process
 def _warm_workload(impl: str, cell: str, workload: str, dtype: str):
     return _build(impl, cell, workload, dtype)
@@ -115,12 +125,7 @@ class RNN:
         self.workload.train_step()
 
     def track_gflops(self, impl, cell, workload, dtype):
-        samples = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            self.workload.train_step()
-            samples.append(time.perf_counter() - t0)
-        return 3 * self.flops / statistics.median(samples) / 1e9
+        return 3 * self.flops / _median_train_seconds(self.workload, 3) / 1e9
 
     track_gflops.unit = "GFLOP/s"
 
@@ -179,12 +184,7 @@ class RoofFraction:
         self.roof_s = 3 * w.flops(cell) / (row[f"roof_{roof_framework(fw)}_gflops"] * 1e9)
 
     def track_train_roof_fraction(self, impl, cell, workload, dtype):
-        samples = []
-        for _ in range(7):
-            t0 = time.perf_counter()
-            self.rung.train_step()
-            samples.append(time.perf_counter() - t0)
-        return self.roof_s / statistics.median(samples)
+        return self.roof_s / _median_train_seconds(self.rung, 7)
 
     track_train_roof_fraction.unit = "fraction of own GEMM roof"
 

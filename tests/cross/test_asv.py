@@ -55,6 +55,14 @@ def test_asv_check_passes(tmp_path):
     assert "No problems found" in out, out
 
 
+def _python(code: str, tmp_path, timeout: float) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter with the benchmarks' environment; it must succeed."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 def test_unsupported_implementation_skips_through_asv(tmp_path):
     code = ("import benchmarks.rnn as b\n"
             "assert set(b.PARAMS[0]) >= {'torch.native', 'jax.scan'}, b.PARAMS\n"
@@ -63,9 +71,7 @@ def test_unsupported_implementation_skips_through_asv(tmp_path):
             "for impl, cell in (('jax.cudnn', 'gru'), ('torch.native', 'ln_lstm')):\n"
             "    try:\n        b.RNN().setup(impl, cell, 'quick', 'float32')\n"
             "    except NotImplementedError as e:\n        print('skipped:', e)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = _python(code, tmp_path, timeout=120)
     assert "skipped: jax.cudnn implements only lstm" in proc.stdout
     assert "skipped: torch.native implements only lstm, gru" in proc.stdout  # a custom cell nn.LSTM lacks
 
@@ -94,8 +100,6 @@ def test_roof_fraction_benchmark_measures_its_own_frameworks_roof_in_process(tmp
             "r = b.RoofFraction()\n"
             "r.setup('torch.bptt', 'lstm', 'quick', 'float32')\n"
             "print('fraction', r.track_train_roof_fraction('torch.bptt', 'lstm', 'quick', 'float32'))\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    proc = _python(code, tmp_path, timeout=300)
     fraction = float(proc.stdout.split("fraction")[-1])
     assert 0 < fraction < 10, fraction
