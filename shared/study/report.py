@@ -9,6 +9,7 @@ from . import plots
 from .runner import read_records
 from .table import (
     PLAIN_NATIVE,
+    ROOF_LIBS,
     Results,
     collect,
     custom_cell_rows,
@@ -97,8 +98,8 @@ def _roof_section(res: Results) -> list[str]:
              "count a forward+backward step as 3x the forward FLOPs). `roof` takes every library of both "
              "frameworks and judges every rung; `torch roof` and `XLA roof` take each framework's own, split "
              "the JAX-vs-torch gap and set the JAX targets. A tighter roof (the recurrent FLOPs at the step "
-             "shape's rate) would say more about batch 1, but fused RNN kernels beat it (nn.LSTM's oneDNN "
-             "primitive did, by up to 1.3x): the step columns show how far below the roof a small step GEMM "
+             "shape's rate) would say more about batch 1, but a fused RNN kernel (nn.LSTM's oneDNN primitive) "
+             "can beat it: the step columns show how far below the roof a small step GEMM "
              "runs. The rates were measured at the start of the run and again at the end, each the better of "
              "the two (`drift`: the largest change of a rate between them).", "",
              "| cell | workload | threads | step GEMM | mm | oneDNN | torch loop | XLA | XLA loop | input GEMM | "
@@ -182,14 +183,13 @@ def _jax_targets_section(res: Results) -> list[str]:
              "| cell | rung | ×native | target | of XLA roof | target | XLA roof / roof | native of roof | "
              "responsible |", "|---|---|---:|---|---:|---|---:|---:|---|"]
     for cell in dict.fromkeys(r["cell"] for r in main if r["workload"] == wl):
-        roof = res.roofs.get((cell, wl, next(iter(r["device"] for r in main))), {})
         best = _best(rows, cell, wl, "jax")
-        scan = next((r for r in main if r["impl"] == "jax.scan" and r["cell"] == cell and r["workload"] == wl
-                     and r["dtype"] == "float32" and r["status"] == "ok"), None)
-        native = next((r for r in main if r["impl"] == "torch.native" and r["cell"] == cell and r["workload"] == wl
-                       and r["dtype"] == "float32" and r["status"] == "ok"), None)
-        if best is None or not roof.get("roof_machine_gflops") or not roof.get("roof_xla_gflops"):
+        roof = res.roofs.get((cell, wl, best["device"]), {}) if best else {}
+        if not roof.get("roof_machine_gflops") or not roof.get("roof_xla_gflops"):
             continue
+        scan, native = (next((r for r in main if r["impl"] == impl and r["cell"] == cell and r["workload"] == wl
+                              and r["dtype"] == "float32" and r["status"] == "ok"), None)
+                        for impl in ("jax.scan", "torch.native"))
         library = roof["roof_xla_gflops"] / roof["roof_machine_gflops"]
         for r, label in ((best, "best JAX"), (scan, "jax.scan")):
             if r is None or (label == "jax.scan" and r is best):
@@ -242,10 +242,8 @@ def _threads_section(res: Results) -> list[str]:
             m, k, n = roofn["step_shape"]
             parts = []
             for fw, label in (("torch", "torch"), ("xla", "XLA")):
-                libs = [lib for lib in ("mm", "onednn", "chain_torch", "xla", "chain_xla")
-                        if (lib in ("mm", "onednn", "chain_torch")) == (fw == "torch")]
-                r1 = max((roof1.get(f"step_{lib}_gflops") or 0) for lib in libs)
-                rn = max((roofn.get(f"step_{lib}_gflops") or 0) for lib in libs)
+                r1 = max((roof1.get(f"step_{lib}_gflops") or 0) for lib in ROOF_LIBS[fw])
+                rn = max((roofn.get(f"step_{lib}_gflops") or 0) for lib in ROOF_LIBS[fw])
                 if r1 and rn:
                     us = 2.0 * m * k * n / (r1 * 1e9) * 1e6
                     parts.append(f"{label} {r1:.1f} GFLOP/s on 1 thread, {rn:.1f} on {meta_threads} "

@@ -369,12 +369,13 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
         if reasons.get(n) is not None:
             append_record(results, dict(kind="unavailable", run_id=run_id, impl=n, device=config.device,
                                         reason=reasons[n]))
-    jobs = [j for j in plan(config, available) if j["key"] not in done]
+    planned = plan(config, available)
+    jobs = [j for j in planned if j["key"] not in done]
     roof_pairs = []
     if config.roof:
         # the roof of the plain cells; a custom cell's GEMMs are its family's
         from .workloads import Workload  # multi-layer / bidirectional workloads have no single-GEMM roof
-        pairs = {(j["cell"], j["workload_name"]): (j["workload"], j["threads"]) for j in plan(config, available)
+        pairs = {(j["cell"], j["workload_name"]): (j["workload"], j["threads"]) for j in planned
                  if j["group"] != "custom" and Workload.from_dict(j["workload"]).has_roof}
         roof_pairs = [dict(cell=c, workload=w, threads=t) for (c, _), (w, t) in pairs.items()]
     # measured at the start and again at the end (each rate the better of the two): a roof

@@ -91,9 +91,9 @@ def derive_roof(row: dict) -> dict:
     can run faster than that, so every rung is at or below 100% of it.
 
     A tighter estimate (the recurrent FLOPs at the step shape's rate, the rest at the input
-    projection's) is beaten by fused RNN kernels (oneDNN's, behind nn.LSTM, ran 1.3x above
-    every per-call and chained step GEMM of torch and XLA at B=16, H=128): it is not a roof.
-    The step and input rates stay in the row, which is what shows a workload latency-bound."""
+    projection's) is beaten by a fused RNN kernel (oneDNN's, behind nn.LSTM; docs/study.md):
+    it is not a roof.  The step and input rates stay in the row, which is what shows a
+    workload latency-bound."""
     out = dict(row)
     for roof, libs in ROOF_LIBS.items():
         rates = {f"{part} {lib}": row.get(f"{part}_{lib}_gflops") for part in ("step", "input") for lib in libs}
