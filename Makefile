@@ -14,7 +14,7 @@ ASV := $(VENV)/bin/asv
 RANGE ?= HEAD~5..HEAD
 BENCH_ARGS ?=
 
-.PHONY: venv run test ladder parity parity-quick bench bench-quick bench-history bench-compare bench-publish profile-torch profile-jax vectors vectors-check gpu-check clean
+.PHONY: venv run test ladder parity parity-quick bench bench-quick bench-history bench-compare bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
 
 venv: $(STAMP)
 
@@ -80,6 +80,18 @@ vectors-check: venv
 
 gpu-check: venv
 	bash scripts/gpu_check.sh
+
+# Every measured figure of README.md and docs/*.md is rendered from committed records
+# (docs/study/results.jsonl, JSON files): <!--fig KEY-->TEXT<!--/fig--> inline, or
+# <!--begin KEY--> ... <!--end KEY--> for a table (key grammar: shared/docs_figures.py).
+# To add one, write the marker with any TEXT and run `make docs`: it rewrites every figure from
+# the records in place. `make docs-check` changes nothing and fails on a figure that disagrees with
+# its record, has no record, or is written by hand (tests/shared/test_docs_figures.py checks the same).
+docs: venv
+	$(PY) -m shared.cli docs
+
+docs-check: venv
+	$(PY) -m shared.cli docs --check
 
 clean:
 	rm -rf $(VENV) reports .asv .pytest_cache .hypothesis

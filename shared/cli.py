@@ -11,6 +11,7 @@ from . import registry
 COMMAND_MODULES = [
     "shared.parity",  # rnnbench parity
     "shared.study.cli",  # rnnbench compare, rnnbench ladder
+    "shared.docs_figures",  # rnnbench docs: the documentation's figures from the committed records
 ]
 
 
