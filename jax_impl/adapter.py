@@ -345,6 +345,11 @@ def versions() -> dict[str, str]:
     return out
 
 
+def kernel_choices() -> dict:
+    """XLA makes its kernel choices at compile time, invisibly: nothing to record."""
+    return {}
+
+
 def kernel_isa(device: str) -> str:
     """The device XLA compiles for: its kind (XLA:CPU targets the host's ISA through LLVM)."""
     import jax

@@ -104,3 +104,7 @@ class FrameworkAdapter(Protocol):
 
     def versions(self) -> dict[str, str]:
         """Versions of the framework's packages (e.g. torch; jax, jaxlib, flax)."""
+
+    def kernel_choices(self) -> dict:
+        """Machine-dependent kernel choices this process made so far (torch: the bptt rung's
+        GEMM policy and, per GEMM shape, the library it runs), for the study's records."""

@@ -1,6 +1,13 @@
 """Fixtures shared by several test modules."""
 
+import os
+import tempfile
+
 import pytest
+
+# Per-machine caches (the bptt rung's GEMM decisions) go to a folder of this test run, not the
+# user's ~/.cache; worker subprocesses inherit it.
+os.environ.setdefault("RNNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="rnnbench-test-cache-"))
 
 
 @pytest.fixture(scope="module")

@@ -243,6 +243,14 @@ def versions() -> dict[str, str]:
     return {"torch": torch.__version__}
 
 
+def kernel_choices() -> dict:
+    """The GEMM policy of the custom kernels and the library each GEMM shape runs on (`gemm.py`)."""
+    from .backends.bptt.gemm import choice_key_text, gemm_policy, onednn_unavailable_reason, tuned_choices
+
+    return {"gemm_policy": gemm_policy(), "onednn": onednn_unavailable_reason("cpu") or "available",
+            "gemm": {choice_key_text(k): v for k, v in tuned_choices().items()}}
+
+
 def kernel_isa(device: str) -> str:
     """The ISA torch's CPU kernels dispatch to (e.g. "AVX512"), or the CUDA device's name."""
     if device == "cuda":

@@ -124,6 +124,9 @@ class _NoFramework:
     def kernel_isa(self, device):
         return None
 
+    def kernel_choices(self):
+        return {}
+
 
 def framework_of(job: dict):
     """The FrameworkAdapter functions (`shared.adapter`) of the job's adapter: its module."""
@@ -133,7 +136,7 @@ def framework_of(job: dict):
     fallback = _NoFramework()
     return type("Framework", (), {name: staticmethod(getattr(module, name, getattr(fallback, name)))
                                   for name in ("set_threads", "reset_peak_memory", "peak_memory_bytes", "versions",
-                                               "kernel_isa")})
+                                               "kernel_isa", "kernel_choices")})
 
 
 # ---- measure ---------------------------------------------------------------------------
@@ -189,7 +192,8 @@ def measure(job: dict, result_path: str) -> dict:
             trn = summarize(time_calls(wl.train_step, repeats, budget, min_time_s=min_time))
             save(train_s=trn["median"], train_iqr_s=trn["iqr"], train_n=trn["n"],
                  gflops_train=3 * flops / trn["median"] / 1e9)
-        save(peak_rss_bytes=peak_rss_bytes(), peak_device_bytes=fw.peak_memory_bytes(device), phase="parity")
+        save(peak_rss_bytes=peak_rss_bytes(), peak_device_bytes=fw.peak_memory_bytes(device),
+             kernel_choices=fw.kernel_choices(), phase="parity")
         del wl
         if job.get("parity"):
             save(**parity(adapter, job["impl"], job["cell"], dtype, device, job.get("parity_cases", 2)))

@@ -216,12 +216,56 @@ def test_gemm_auto_policy_times_once_and_agrees():
         again = Gemm(w, batch_size=13)(x, add=add)
     assert gemm.path in ("onednn", "blas")
     if onednn_unavailable_reason("cpu", torch.float32) is None:
-        assert tuned_choices()[(13, 11, 9, torch.float32, torch.get_num_threads(), False, True)] == gemm.path
+        assert tuned_choices()[(13, 11, 9, torch.float32, torch.get_num_threads(), False, True, False)] == gemm.path
     torch.testing.assert_close(got, x @ w.t() + add, atol=1e-5, rtol=0)
     torch.testing.assert_close(again, got, atol=0, rtol=0)
     with pytest.raises(ValueError, match="policy must be one of"):
         with use_gemm_policy("fastest"):
             pass
+
+
+def test_gemm_auto_decision_needs_a_clear_margin():
+    from torch_impl.backends.bptt.gemm import decide
+
+    assert decide({"onednn": [1.0, 0.5, 0.5], "blas": [1.0, 1.0, 1.0]}) == "onednn"
+    assert decide({"onednn": [0.97] * 5, "blas": [1.0] * 5}) == "blas"  # a tie stays on BLAS
+    # one noisy round cannot flip it: the median round decides
+    assert decide({"onednn": [0.1, 1.2, 1.2, 1.2, 1.2], "blas": [1.0] * 5}) == "blas"
+    assert decide({"onednn": [2.0, 0.5, 0.5, 0.5, 0.5], "blas": [1.0] * 5}) == "onednn"
+
+
+@pytest.mark.skipif(onednn_unavailable_reason("cpu", torch.float32) is not None, reason="no oneDNN linear ops in this torch")
+def test_gemm_auto_decision_is_cached_per_machine(tmp_path, monkeypatch):
+    """The decision is made once per machine and shape: later processes (a fresh _TUNED) read it,
+    another machine's fingerprint does not see it, and the timing is not repeated."""
+    import json
+
+    from torch_impl.backends.bptt import gemm as gemm_mod
+
+    monkeypatch.setenv("RNNBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm_mod, "_TUNED", {})
+    timed = []
+
+    def fake_times(self, x, bias, add, out):
+        timed.append(x.shape)
+        return {"onednn": [0.5] * 5, "blas": [1.0] * 5}
+
+    monkeypatch.setattr(gemm_mod.Gemm, "_time_both", fake_times)
+    w, x = torch.randn(6, 5), torch.randn(4, 5)
+    with use_gemm_policy("auto"):
+        assert Gemm(w, 4)(x).shape == (4, 6)
+        monkeypatch.setattr(gemm_mod, "_TUNED", {})  # a new process
+        g = Gemm(w, 4)
+        g(x)
+    assert g.path == "onednn" and len(timed) == 1
+    data = json.loads((tmp_path / "gemm-choices.json").read_text())
+    assert data == {gemm_mod.machine_fingerprint(): {f"4x5x6 float32 threads={torch.get_num_threads()} "
+                                                     "bias=0 add=0 out=0": "onednn"}}
+    monkeypatch.setattr(gemm_mod, "machine_fingerprint", lambda: "another machine")
+    monkeypatch.setattr(gemm_mod, "_TUNED", {})
+    with use_gemm_policy("auto"):
+        Gemm(w, 4)(x)
+    assert len(timed) == 2  # decided again there
 
 
 def test_gemm_float64_uses_blas_and_reason_is_given():
@@ -294,7 +338,7 @@ def test_cuda_matches_native(cell, proj, bias):
 def test_gemm_policy_from_environment(monkeypatch):
     from torch_impl.backends.bptt.gemm import gemm_policy
     monkeypatch.delenv("RNNBENCH_GEMM", raising=False)
-    assert gemm_policy() == "blas"  # the measured winner under load; see torch_impl/backends/bptt/gemm.py
+    assert gemm_policy() == "auto"  # decided on the machine that runs the code
     monkeypatch.setenv("RNNBENCH_GEMM", "onednn")
     assert gemm_policy() == "onednn"
     with use_gemm_policy("auto"):

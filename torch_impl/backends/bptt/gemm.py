@@ -15,21 +15,30 @@ otherwise (float64, CUDA (cuBLAS), a torch without the ops).  Nothing here recor
 autograd history: it is meant for the inside of custom `autograd.Function`s.
 
 Which library runs is a policy (`use_gemm_policy`, or the environment variable
-RNNBENCH_GEMM for the process): "blas" (the default), "onednn", or "auto" (time both on
-the first call of each shape, keep the faster for the rest of the process).  The default
-is BLAS because that is what won end to end on the shared 2-core machines where it was
-measured (oneDNN splits the small step GEMM over both threads and every step waits for the
-slower one); on an idle machine oneDNN can win: measure before choosing (docs/torch.md).
+RNNBENCH_GEMM for the process): "auto" (the default: decided on the machine that runs the
+code, per GEMM shape), "onednn" or "blas".  Which library wins differs between machines
+and between shapes (oneDNN splits a small step GEMM over every thread, MKL may not; AMX and
+AVX-512 machines differ), so no fixed default can be right everywhere: "auto" times both
+libraries on the first call of each shape, in chains of back-to-back calls like the RNN
+loop's, interleaved over several rounds, and takes oneDNN only when it wins by a clear
+margin in the median round (a tie stays on BLAS, which needs no prepacked weight).  The
+decision is cached per machine (CPU model and flags, torch version, thread count) in
+`$RNNBENCH_CACHE_DIR/gemm-choices.json` (default `~/.cache/rnnbench`), so one noisy process
+cannot flip it for the next ones; delete the file to decide again.
 `use_onednn(True/False)` sets policy "onednn"/"blas" in a `with` block.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import platform
 import statistics
 import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -52,15 +61,15 @@ _OPS_PRESENT = _ops_present()
 
 
 def _default_policy() -> str:
-    policy = os.environ.get(_ENV, "blas").strip().lower() or "blas"
+    policy = os.environ.get(_ENV, "auto").strip().lower() or "auto"
     if policy not in POLICIES:
         raise ValueError(f"{_ENV} must be one of {POLICIES}, got {policy!r}")
     return policy
 
 
 def gemm_policy() -> str:
-    """The GEMM path policy in this thread: "blas" (default), "onednn" (whenever it can
-    run) or "auto" (time both once per shape, keep the faster)."""
+    """The GEMM path policy in this thread: "auto" (default: decided on this machine per
+    shape, cached), "onednn" (whenever it can run) or "blas"."""
     return getattr(_state, "policy", None) or _default_policy()
 
 
@@ -104,32 +113,92 @@ def onednn_unavailable_reason(device: torch.device | str = "cpu", dtype: torch.d
     return None
 
 
-# Winner of the "auto" policy per (rows, in, out, dtype, threads, bias?, add?), per process.
+# Winner of the "auto" policy per (rows, in, out, dtype, threads, bias?, add?, out=?): this process's
+# view of the per-machine cache file.
 _TUNED: dict[tuple, str] = {}
+TUNE_MARGIN = 0.05  # oneDNN must be this much faster in the median round to be chosen
 
 
 def tuned_choices() -> dict[tuple, str]:
-    """What the "auto" policy chose so far: key (rows, in, out, dtype, threads, bias, add)."""
+    """What the "auto" policy chose so far: key (rows, in, out, dtype, threads, bias?, add?, out=?)."""
     return dict(_TUNED)
+
+
+def cache_path() -> Path:
+    """Where "auto" keeps its decisions for this machine (RNNBENCH_CACHE_DIR, else
+    $XDG_CACHE_HOME/rnnbench, else ~/.cache/rnnbench)."""
+    root = os.environ.get("RNNBENCH_CACHE_DIR") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rnnbench"
+    return Path(root) / "gemm-choices.json"
+
+
+def machine_fingerprint() -> str:
+    """What a GEMM decision depends on besides the shape: CPU model and flags, torch build."""
+    info = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            info.setdefault(name.strip(), value.strip())  # the first processor's lines
+    except OSError:
+        pass
+    model, flags = info.get("model name") or platform.processor() or platform.machine(), info.get("flags", "")
+    digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
+    return f"{model} | flags {digest} | cpus {os.cpu_count()} | torch {torch.__version__}"
+
+
+def choice_key_text(key: tuple) -> str:
+    """A decision's key as the cache file and the study's records write it."""
+    rows, k, n, dtype, threads, bias, add, out = key
+    return (f"{rows}x{k}x{n} {str(dtype).replace('torch.', '')} threads={threads} "
+            f"bias={int(bias)} add={int(add)} out={int(out)}")
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _cached_choice(key: tuple) -> str | None:
+    choice = _read_cache().get(machine_fingerprint(), {}).get(choice_key_text(key))
+    return choice if choice in ("onednn", "blas") else None
+
+
+def _store_choice(key: tuple, choice: str) -> None:
+    """Merge one decision into the cache file (written atomically; a failure only costs a re-tune)."""
+    path = cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _read_cache()
+        data.setdefault(machine_fingerprint(), {})[choice_key_text(key)] = choice
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def decide(times: dict[str, list[float]], margin: float = TUNE_MARGIN) -> str:
+    """oneDNN if its median paired time ratio to BLAS (round by round) is below 1 - margin, else BLAS."""
+    ratios = [o / b for o, b in zip(times["onednn"], times["blas"]) if b > 0]
+    return "onednn" if ratios and statistics.median(ratios) < 1 - margin else "blas"
 
 
 class Gemm:
     """`y = x @ weight^T (+ bias) (+ add)` for a fixed `weight` (N, K), prepared once.
 
     Which library runs it follows `gemm_policy()` at construction.  Under "auto" the first
-    call of each shape times both libraries on the real operands (interleaved samples)
-    and every later call of that shape in the process uses the faster.  (Caveat,
-    measured: timed in isolation oneDNN can win a shape that loses inside the RNN loop
-    under load, so "auto" is not the default.)  `batch_size` is the expected number of rows of `x`, for oneDNN's weight
-    layout (any row count still works).  Calls never record autograd history.
+    call of each shape takes this machine's cached decision, or makes it (module docstring)
+    on the real operands.  `batch_size` is the expected number of rows of `x`, for oneDNN's
+    weight layout (any row count still works).  Calls never record autograd history.
     """
 
-    TUNE_ROUNDS = 7  # rounds of interleaved samples; the median round decides
-    TUNE_CALLS = 2  # calls per sample
+    TUNE_ROUNDS = 9  # rounds of interleaved samples; the median round's ratio decides
+    TUNE_MIN_S = 0.002  # each sample is a chain of back-to-back calls at least this long
 
-    def __init__(self, weight: torch.Tensor, batch_size: int | None = None, tune: bool = True):
-        """`tune=False`: under "auto", use oneDNN without timing (for a GEMM run once per
-        call, where timing both would cost more than it can save)."""
+    def __init__(self, weight: torch.Tensor, batch_size: int | None = None):
         if weight.dim() != 2:
             raise ValueError(f"Gemm weight must be 2-D (N, K), got shape {tuple(weight.shape)}")
         self.out_features, self.in_features = weight.shape
@@ -140,7 +209,7 @@ class Gemm:
         if onednn_unavailable_reason(weight.device, weight.dtype) is not None:
             self.path = "blas"
         else:
-            self.path = policy if policy != "auto" else (None if tune else "onednn")  # None: at the first call
+            self.path = policy if policy != "auto" else None  # None: decided at the first call
 
     @property
     def onednn(self) -> bool:
@@ -152,7 +221,7 @@ class Gemm:
         """x (M, K) -> (M, N).  `add` (M, N) is added; `out`, if given, receives the result
         (BLAS writes it directly; oneDNN allocates its result, so `out` costs a copy)."""
         if self.path is None:
-            self.path = self._choose(x, bias, add)
+            self.path = self._choose(x, bias, add, out)
         if self.path == "onednn":
             return self._onednn(x, bias, add, out)
         return self._blas(x, bias, add, out)
@@ -183,21 +252,36 @@ class Gemm:
             return torch.addmm(bias, x, self._weight_t, out=out) if out is not None else torch.addmm(bias, x, self._weight_t)
         return torch.mm(x, self._weight_t, out=out) if out is not None else torch.mm(x, self._weight_t)
 
-    def _choose(self, x, bias, add) -> str:
+    def _choose(self, x, bias, add, out) -> str:
         key = (x.shape[0], self.in_features, self.out_features, x.dtype, torch.get_num_threads(),
-               bias is not None, add is not None)
+               bias is not None, add is not None, out is not None)
         if key not in _TUNED:
-            times = {"onednn": [], "blas": []}
-            with torch.no_grad():
-                for _ in range(self.TUNE_ROUNDS):  # interleaved, so a burst of load hits both
-                    for path, run in (("onednn", self._onednn), ("blas", self._blas)):
-                        run(x, bias, add, None)  # warm (first oneDNN call creates the primitive)
-                        start = time.perf_counter()
-                        for _ in range(self.TUNE_CALLS):
-                            run(x, bias, add, None)
-                        times[path].append(time.perf_counter() - start)
-            _TUNED[key] = min(times, key=lambda p: statistics.median(times[p]))
+            choice = _cached_choice(key)
+            if choice is None:
+                choice = decide(self._time_both(x, bias, add, out))
+                _store_choice(key, choice)
+            _TUNED[key] = choice
         return _TUNED[key]
+
+    def _time_both(self, x, bias, add, out) -> dict[str, list[float]]:
+        """Seconds per call of each library, in interleaved rounds of back-to-back chains."""
+        runs = {"onednn": self._onednn, "blas": self._blas}
+        with torch.no_grad():
+            calls = {}
+            for path, run in runs.items():  # warm (the first oneDNN call creates the primitive), size the chain
+                run(x, bias, add, out)
+                start = time.perf_counter()
+                run(x, bias, add, out)
+                calls[path] = max(1, min(64, int(self.TUNE_MIN_S / max(time.perf_counter() - start, 1e-7))))
+            chain = max(calls.values())
+            times = {path: [] for path in runs}
+            for _ in range(self.TUNE_ROUNDS):  # interleaved, so a burst of load hits both
+                for path, run in runs.items():
+                    start = time.perf_counter()
+                    for _ in range(chain):
+                        run(x, bias, add, out)
+                    times[path].append((time.perf_counter() - start) / chain)
+        return times
 
     def __repr__(self) -> str:
         path = {"onednn": "oneDNN", "blas": "BLAS", None: "auto: undecided"}[self.path]

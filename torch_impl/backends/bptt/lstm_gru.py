@@ -12,10 +12,10 @@ What makes it fast, compared with letting autograd record every step (the `eager
 - the weight gradients `dW_ih = dG^T X`, `dW_hh = dG^T H_prev`, the bias gradients
   `sum dG` and the input gradient `dX = dG W_ih` are each ONE GEMM or reduction over
   all T*B rows, not T small ones;
-- the step GEMMs go through `gemm.Gemm`: BLAS (MKL on the CPU, cuBLAS on CUDA) by
-  default, or oneDNN with prepacked weights (the library `nn.LSTM` uses on the CPU;
-  float32 only) with RNNBENCH_GEMM=onednn (docs/torch.md has the measurements behind the
-  default).  The input projection is a BLAS GEMM into a preallocated buffer; internal
+- the step GEMMs go through `gemm.Gemm`: BLAS (MKL on the CPU, cuBLAS on CUDA) or oneDNN
+  with prepacked weights (the library `nn.LSTM` uses on the CPU; float32 only), whichever
+  this machine runs faster at each shape (decided once per machine, `gemm.py`; RNNBENCH_GEMM
+  overrides it).  The input projection is a BLAS GEMM into a preallocated buffer; internal
   scratch buffers are reused across calls (no page faults after the first).
 
 The equations are the catalogue's (shared/cells.py); the gates are stacked in the order
@@ -261,12 +261,9 @@ _scratch = _ScratchPool()
 
 
 def _input_projection(x_flat, w, bias, out):
-    """out = x_flat @ w^T + bias, all steps in one GEMM.  BLAS, not oneDNN, on purpose:
-    it writes into a preallocated buffer, while oneDNN allocates a fresh one (measured at
-    S1, 1 thread: 63 ms into a reused buffer against 92 ms for oneDNN)"""
-    if bias is None:
-        return torch.mm(x_flat, w.t(), out=out)
-    return torch.addmm(bias, x_flat, w.t(), out=out)
+    """out = x_flat @ w^T + bias, all steps in one GEMM, through `Gemm` like the step GEMMs
+    (oneDNN allocates its result, so there it costs a copy into `out`; "auto" times that too)."""
+    return Gemm(w, x_flat.shape[0])(x_flat, bias, out=out)
 
 
 def _dw_hh(dG_hidden, h0, hs):
@@ -398,7 +395,7 @@ class _LSTMFunction(torch.autograd.Function):
                 dh0 = hh_back(g_t)
 
         dG_flat = _flat(dG)
-        dx = Gemm(w_ih.t(), T * B, tune=False)(dG_flat).view(T, B, I) if need[0] else None
+        dx = Gemm(w_ih.t(), T * B)(dG_flat).view(T, B, I) if need[0] else None
         dw_ih = torch.mm(dG_flat.t(), x_flat) if need[3] else None
         dw_hh = _dw_hh(dG, h0, hs) if need[4] else None
         db = dG_flat.sum(0) if (need[5] or need[6]) else None
@@ -497,7 +494,7 @@ class _GRUFunction(torch.autograd.Function):
                 dh0 = hh_back(gh, add=dh * z)
 
         gi_flat, gh_flat = _flat(dG_i), _flat(dG_h)
-        dx = Gemm(w_ih.t(), T * B, tune=False)(gi_flat).view(T, B, I) if need[0] else None
+        dx = Gemm(w_ih.t(), T * B)(gi_flat).view(T, B, I) if need[0] else None
         dw_ih = torch.mm(gi_flat.t(), x_flat) if need[2] else None
         dw_hh = _dw_hh(dG_h, h0, hs) if need[3] else None
         db_ih = gi_flat.sum(0) if need[4] else None
