@@ -11,11 +11,15 @@ A figure in a page is written
 `rnnbench docs --check` changes nothing and exits 1 listing every figure whose text is not its
 rendering, every key that has no record, and every hand-written measured figure (a number with a
 unit of measurement outside code blocks and marked figures: `unmarked_figures`).
-`rnnbench docs --show KEY` prints one key's rendering (to write a new figure).
+`rnnbench docs --show KEY` prints one key's rendering (to write a new figure). A marker inside
+code (fenced or inline) is the syntax shown, not a figure; a marker that opens a line is refused
+(Markdown reads such a line as an HTML block, not as text).
 
 Keys. PHASE is `forward` or `train` (forward+backward); DTYPE is a precision name, `float32` when
-left out; ROOF is `machine` (every GEMM library of both frameworks, the default), `torch`, `xla` or
-`own` (the rung's own framework's); SHAPE is `step` or `input` (one GEMM shape of the roof).
+left out; ROOF is `machine` (every GEMM library of both frameworks, the default), `torch`, `xla`,
+`own` (the rung's own framework's; `fraction` only) or one library (`mm`, `onednn`, `chain_torch`,
+`chain_xla`: `study.table.ROOF_LIBS`; `xla` is XLA's roof, its dot and chained loop together);
+SHAPE is `step` or `input` (one GEMM shape).
 `study:` keys read the committed study records, `docs/study/results.jsonl`, through the study's own
 table code (`shared.study.table`):
 
@@ -26,6 +30,9 @@ table code (`shared.study.table`):
     study:gflops/IMPL/CELL/WORKLOAD/PHASE           GFLOP/s                         180.3 GFLOP/s
     study:fraction/IMPL/CELL/WORKLOAD/PHASE[/ROOF]  GFLOP/s over a roof             78%
     study:roof/CELL/WORKLOAD[/ROOF[/SHAPE]]         a GEMM roof of the run          213.4 GFLOP/s
+    study:drift[/CELL/WORKLOAD]                     the largest change of a GEMM
+                                                    rate between the run's start
+                                                    and end (of all roofs, or one)  94%
     study:first/IMPL/CELL/WORKLOAD/PHASE            first call (trace + compile)    4.52 s
     study:fastest/CELL/WORKLOAD/PHASE[/FRAMEWORK]   the report's "what to use"      `torch.native`
     study:run/FIELD                                 commit, date, measurements, minutes, threads,
@@ -63,8 +70,8 @@ STUDY_RECORDS = "docs/study/results.jsonl"
 PHASES = {"forward": "fwd", "train": "fwd+bwd"}
 ROOFS = ("machine", "torch", "xla", "own")
 
-FIG = re.compile(r"<!--fig (?P<key>[^<>]*?)-->(?P<text>.*?)<!--/fig-->", re.DOTALL)
-BLOCK = re.compile(r"<!--begin (?P<key>[^<>]*?)-->(?P<text>.*?)<!--end (?P=key)-->", re.DOTALL)
+FIG = re.compile(r"<!--fig (?P<key>[^<>\s]+)-->(?P<text>.*?)<!--/fig-->", re.DOTALL)
+BLOCK = re.compile(r"<!--begin (?P<key>[^<>\s]+)-->(?P<text>.*?)<!--end (?P=key)-->", re.DOTALL)
 FENCE = re.compile(r"^```[^\n]*\n.*?^```[^\n]*$", re.DOTALL | re.MULTILINE)
 
 
@@ -154,22 +161,35 @@ class Study:
     def _roof_rate(self, cell, workload, roof, shape=None) -> float:
         from .study.table import ROOF_LIBS
 
-        if roof not in ROOF_LIBS:
-            raise FigureError(f"roof {roof!r}: one of {', '.join(ROOFS)}")
+        libs = ROOF_LIBS.get(roof) or ((roof,) if roof in ROOF_LIBS["machine"] else None)
+        if libs is None:
+            names = dict.fromkeys(ROOFS[:-1] + ROOF_LIBS["machine"])
+            raise FigureError(f"roof {roof!r}: one of {', '.join(names)}")
         found = [v for (c, w, _), v in self.res.roofs.items() if (c, w) == (cell, workload)]
         if len(found) != 1:
             raise FigureError(f"no GEMM roof of {cell} {workload} in {self.path.name}" if not found
                               else f"the GEMM roof of {cell} {workload} was measured on several devices")
         row = found[0]
-        if shape is None:
+        if shape is None and roof in ROOF_LIBS:
             rate = row.get(f"roof_{roof}_gflops")
-        elif shape in ("step", "input"):
-            rate = max((row.get(f"{shape}_{lib}_gflops") or 0 for lib in ROOF_LIBS[roof]), default=0) or None
+        elif shape in ("step", "input", None):
+            shapes = ("step", "input") if shape is None else (shape,)
+            rate = max((row.get(f"{sh}_{lib}_gflops") or 0 for sh in shapes for lib in libs), default=0) or None
         else:
             raise FigureError(f"roof shape {shape!r}: step or input")
         if not rate:
             raise FigureError(f"no {roof} roof rate of {cell} {workload}")
         return rate
+
+    def drift(self, cell=None, workload=None) -> str:
+        """The largest change of a GEMM rate between the start and the end of the run (of one roof row)."""
+        if (cell is None) != (workload is None):
+            raise FigureError("study:drift[/CELL/WORKLOAD]")
+        found = [v for (c, w, _), v in self.res.roofs.items() if cell is None or (c, w) == (cell, workload)]
+        drifts = [v["roof_drift"] for v in found if v.get("roof_passes", 1) > 1 and v.get("roof_drift") is not None]
+        if not drifts:
+            raise FigureError(f"no GEMM roof measured twice{f' for {cell} {workload}' if cell else ''}")
+        return _fmt(max(drifts), "%")
 
     def first(self, impl, cell, workload, phase) -> str:
         _phase(phase)
@@ -306,7 +326,7 @@ def format_json(value, spec: str | None) -> str:
 class Renderer:
     """Renders keys from the records under `root`; each records file is read once."""
 
-    INLINE = ("ratio", "ms", "gflops", "fraction", "roof", "first", "fastest", "run")
+    INLINE = ("ratio", "ms", "gflops", "fraction", "roof", "drift", "first", "fastest", "run")
 
     def __init__(self, root: Path = ROOT):
         self.root = Path(root)
@@ -325,7 +345,7 @@ class Renderer:
             if kind not in self.INLINE:
                 raise FigureError(f"{key}: study:KIND/... with KIND one of {', '.join(self.INLINE)}")
             try:
-                return getattr(self.study, kind)(*args.split("/"))
+                return getattr(self.study, kind)(*(args.split("/") if args else ()))
             except TypeError:
                 raise FigureError(f"{key}: wrong number of parts (see shared/docs_figures.py)") from None
         if source == "json":
@@ -351,12 +371,32 @@ def _line(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
+# what may open a Markdown line before its text: indentation, list items, block quotes
+_LINE_MARKERS = re.compile(r"^(?:\s*(?:[-*+>]|\d+[.)])(?=\s))*\s*")
+
+
+INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.DOTALL)
+
+
+def _in_code(text: str):
+    """A test `pos -> bool`: is `pos` inside fenced code or an inline code span of `text`?
+    (A marker written in code is the syntax shown, not a figure.)"""
+    spans = [m.span() for m in FENCE.finditer(text)]
+    blanked = FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    spans += [m.span() for m in INLINE_CODE.finditer(blanked)]
+    return lambda pos: any(a <= pos < b for a, b in spans)
+
+
 def render_page(text: str, renderer: Renderer) -> tuple[str, list[str]]:
     """(the page with every figure and block rendered, the problems: keys that cannot be rendered,
-    figures placed where Markdown would not read them as text).  Each problem starts with its line."""
+    figures placed where Markdown would not read them as text).  Each problem starts with its line.
+    Markers inside code (fenced or inline) are left alone."""
     problems: list[str] = []
+    in_code = _in_code(text)
 
     def block(m):
+        if in_code(m.start()):
+            return m.group(0)
         try:
             return f"<!--begin {m['key']}-->{block_body(renderer.render_block(m['key']))}<!--end {m['key']}-->"
         except FigureError as e:
@@ -365,16 +405,24 @@ def render_page(text: str, renderer: Renderer) -> tuple[str, list[str]]:
 
     def fig(m):
         start = m.start()
-        if start == 0 or out[start - 1] == "\n":
-            problems.append(f"{_line(out, start)}: {m['key']}: a figure at the start of a line is read as an "
-                            "HTML block; put a word before it")
+        if out_in_code(start):
+            return m.group(0)
+        if not _LINE_MARKERS.sub("", out[out.rfind("\n", 0, start) + 1:start]).strip():
+            problems.append(f"{_line(out, start)}: {m['key']}: a figure that opens a line (or a list item) is "
+                            "read as an HTML block; put a word before it")
         try:
             return f"<!--fig {m['key']}-->{renderer.render(m['key'])}<!--/fig-->"
         except FigureError as e:
             problems.append(f"{_line(out, start)}: {e}")
             return m.group(0)
 
+    for opener, pattern, form in (("<!--fig", FIG, "<!--fig KEY-->TEXT<!--/fig-->"),
+                                  ("<!--begin", BLOCK, "<!--begin KEY--> ... <!--end KEY-->")):
+        starts = {m.start() for m in pattern.finditer(text)}
+        problems += [f"{_line(text, m.start())}: a marker that is not {form}"
+                     for m in re.finditer(re.escape(opener), text) if m.start() not in starts and not in_code(m.start())]
     out = BLOCK.sub(block, text)
+    out_in_code = _in_code(out)
     out = FIG.sub(fig, out)
     return out, problems
 
