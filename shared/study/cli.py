@@ -13,7 +13,11 @@ from ..spec import CELLS
 from .threads import DEFAULT_THREADS
 from .workloads import SWEEP_LEVELS, resolve
 
-DEFAULT_WORKLOADS = "S1,S2,R1"
+DEFAULT_WORKLOADS = "S1,S2"
+# What `rnnbench compare` measures by default ("answer": the first answer a newcomer waits for) and
+# with --profile full (the whole grid); explicit options override either.
+PROFILES = {"answer": dict(workloads=DEFAULT_WORKLOADS, sweeps="none"),
+            "full": dict(workloads="S1,S2,R1", sweeps="small")}
 REPORTS = Path("reports")
 
 
@@ -130,8 +134,16 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-time", type=float, default=0.25,
                    help="seconds a phase of fast calls is timed for at least, past --repeats "
                         "(at most 1000 calls, worker.MAX_TIMED_CALLS; default 0.25)")
-    p.add_argument("--budget", type=float, default=1.0,
-                   help="seconds per timed phase after which timing stops (after at least 3 calls; default 1)")
+    p.add_argument("--budget", type=float, default=2.0,
+                   help="seconds per timed phase after which timing stops (after at least 3 calls or 5 pairs; "
+                        "default 2)")
+    p.add_argument("--processes", type=_positive_int, default=3,
+                   help="fresh processes per measurement, the unit of the ratio's interval (default 3)")
+    p.add_argument("--max-processes", type=_positive_int, default=5,
+                   help="more processes, up to this many, for a measurement whose interval is still wider than "
+                        "--target (default 5; equal to --processes for a fixed count)")
+    p.add_argument("--target", type=float, default=0.03,
+                   help="half-width of a tight 95%% interval, relative to the ratio (default 0.03: ±3%%)")
     p.add_argument("--timeout", type=float, default=240.0,
                    help="seconds per measurement process before it is killed as hung (default 240)")
     p.add_argument("--threads", type=_positive_int, default=DEFAULT_THREADS,
@@ -154,6 +166,11 @@ def register(subparsers) -> None:
         "compare", help="the comparative study: implementation x cell x workload, table + report with plots",
         description="Measure every implementation x cell x workload, each in its own subprocess, appending "
                     "JSON lines; then print the table and write report.md, CSV and plots.")
+    p.add_argument("--profile", choices=tuple(PROFILES), default="answer",
+                   help="answer (default): LSTM and GRU on S1 and S2, every rung, forward and forward+backward, "
+                        "with intervals (about a quarter of an hour on 2 cores); full: also R1, the T and B "
+                        "sweeps, the reduced precisions, the custom cells and S2 on one thread. Options given "
+                        "explicitly override the profile's")
     p.add_argument("--cells", type=_cell_list, default=None,
                    help="comma-separated cells measured on every workload, forward and forward+backward: "
                         "lstm,gru (default), or any catalogue cell (ln_lstm, peephole_lstm, gru_reset_before, "
@@ -167,8 +184,9 @@ def register(subparsers) -> None:
     p.add_argument("--workloads", type=_workloads, default=None,
                    help=f"workload or profile names (quick, cpu, gpu, S1, S2, S3, ...; default {DEFAULT_WORKLOADS}, "
                         "gpu profile with --device cuda)")
-    p.add_argument("--sweeps", choices=SWEEP_LEVELS, default="small",
-                   help="T and B sweeps for the plots (LSTM, --sweep-impls only): none, small (default), full")
+    p.add_argument("--sweeps", choices=SWEEP_LEVELS, default=None,
+                   help="T and B sweeps for the plots (LSTM, --sweep-impls only): none (profile answer), small "
+                        "(profile full), full")
     p.add_argument("--sweep-impls", type=_impls, default=None,
                    help="implementations in the sweeps (default torch.bptt,torch.native,jax.scan)")
     p.add_argument("--one-thread", type=_optional_workloads, default=None, metavar="WORKLOADS",
@@ -207,6 +225,8 @@ def _config(args, out: Path, **overrides):
     kw = dict(out=out, impls=args.impls, device=args.device, dtype=args.dtype, threads=args.threads,
               precisions=args.precisions if args.precisions is not None else [],
               repeats=args.repeats, budget_s=args.budget, min_time_s=args.min_time, timeout=args.timeout,
+              processes=args.processes, max_processes=max(args.processes, args.max_processes),
+              target_half_width=args.target,
               max_memory_gb=args.max_memory_gb,
               parity=args.parity, resume=args.resume, retry_failed=args.retry_failed,
               argv=sys.argv[1:] if sys.argv and sys.argv[0].endswith(("rnnbench", "cli.py", "__main__.py")) else None)
@@ -247,8 +267,16 @@ def cmd_compare(args) -> int:
     from .table import collect, custom_cell_rows, custom_rich, precision_rich, precision_rows, rich_table, table_rows
 
     _load_cell_modules(args)
-    cells, custom = select_cells(args.cells, args.custom_cells)
-    workloads = args.workloads or resolve("gpu" if args.device == "cuda" else DEFAULT_WORKLOADS)
+    profile = PROFILES[args.profile]
+    full = args.profile == "full"
+    cells, custom = select_cells(args.cells, args.custom_cells if args.custom_cells is not None or full else [])
+    workloads = args.workloads or resolve("gpu" if args.device == "cuda" else profile["workloads"])
+    if args.sweeps is None:
+        args.sweeps = profile["sweeps"]
+    if args.precisions is None and not full:
+        args.precisions = []
+    if args.one_thread is None and not full:
+        args.one_thread = []
     out = _out_dir(args)
     config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps,
                      sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS), custom_cells=custom,

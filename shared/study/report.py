@@ -33,6 +33,65 @@ from .worker import MAX_TIMED_CALLS
 QUIET_OTHERS_SHARE = 0.1  # other processes using more than a tenth of a CPU: the machine was not quiet
 
 
+def quiet_verdict(res: Results) -> tuple[str, bool]:
+    """(one line on what else ran during the run, whether the machine was busy)."""
+    meta = res.metas[-1] if res.metas else {}
+    m = meta.get("machine", {})
+    end_rec = next((e for e in reversed(res.ends) if e.get("run_id") == meta.get("run_id")), {})
+    start, end = m.get("load_average"), end_rec.get("load_average")
+    cpus = m.get("usable_cpus") or 1
+    others = others_cpu(meta.get("cpu"), end_rec.get("cpu"))
+    if others and others["wall_s"] > 0:
+        # the verdict from other processes' CPU time (the load average counts the study's own threads)
+        share = others["others_s"] / others["wall_s"]
+        busy = share > QUIET_OTHERS_SHARE
+        line = (f"Other processes: {others['others_s']:.0f} CPU-s during the run's {others['wall_s']:.0f} s "
+                f"({share:.0%} of one CPU; the hypervisor stole {others['steal_s']:.0f} s); load average "
+                f"(1/5/15 min) {start} at the start, {end} at the end")
+    elif start or end:
+        busy = any(load and load[0] > 0.5 * cpus + 1 for load in (start, end))
+        line = f"Load average (1/5/15 min): {start} at the start, {end} at the end"
+    else:
+        return "", False
+    if busy:
+        line += (" -- **the machine was not quiet**: treat absolute times with suspicion; same-run ratios "
+                 "hold better")
+    else:
+        line += " -- quiet"
+    return line, busy
+
+
+def _protocol(meta: dict) -> str:
+    if meta.get("processes"):
+        return (f"each rung paired with float32 nn.LSTM / nn.GRU in one process, calls alternated (at least 5 "
+                f"pairs, on for {meta.get('budget_s')} s a phase), in {meta['processes']} to "
+                f"{meta.get('max_processes')} fresh processes per measurement (more while the interval is wider "
+                f"than ±{100 * meta.get('target_half_width', 0.03):.0f}%); ratio: geometric mean over processes of "
+                f"each process's median pairwise ratio, [95% CI] from a bootstrap over processes and pairs "
+                f"(shared/study/stats.py); first call (trace + compile) timed apart, in the first process with an "
+                f"empty torch compile cache; timeout {meta.get('timeout')} s a process")
+    return (f"first call (trace + compile) timed apart; then {meta.get('repeats')} timed calls "
+            f"per phase (at least 3; fewer past {meta.get('budget_s')} s; fast calls timed on for "
+            f"{meta.get('min_time_s', 0)} s, at most {MAX_TIMED_CALLS}), medians reported; "
+            f"one subprocess per measurement, timeout {meta.get('timeout')} s")
+
+
+def _answer_section(res: Results) -> list[str]:
+    """The first screen: what to use, on which machine, and whether the machine was quiet."""
+    meta = res.metas[-1] if res.metas else {}
+    m = meta.get("machine", {})
+    feats = [f for f, on in (("AVX-512", m.get("avx512")), ("AMX", m.get("amx"))) if on]
+    verdict, _ = quiet_verdict(res)
+    versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if k in ("torch", "jax"))
+    lines = ["## The answer", "",
+             f"On {m.get('cpu', 'an unknown CPU')}" + (f" ({', '.join(feats)})" if feats else "")
+             + f", {meta.get('threads')} threads, {meta.get('device')}" + (f", {versions}" if versions else "") + ".",
+             ""]
+    if verdict:
+        lines += [verdict + ".", ""]
+    return lines + _what_to_use_section(res)[2:]
+
+
 def _machine_section(res: Results) -> list[str]:
     meta = res.metas[-1] if res.metas else {}
     m = meta.get("machine", {})
@@ -56,29 +115,10 @@ def _machine_section(res: Results) -> list[str]:
         lines.append(f"- rnnbench commit: {m['git_commit']}")
     if meta.get("argv") is not None:
         lines.append(f"- Command: `rnnbench {' '.join(meta['argv'])}`")
-    end_rec = next((e for e in reversed(res.ends) if e.get("run_id") == meta.get("run_id")), {})
-    start, end = m.get("load_average"), end_rec.get("load_average")
-    cpus = m.get("usable_cpus") or 1
-    others = others_cpu(meta.get("cpu"), end_rec.get("cpu"))
-    if others and others["wall_s"] > 0:
-        # the verdict from other processes' CPU time (the load average counts the study's own threads)
-        share = others["others_s"] / others["wall_s"]
-        busy = share > QUIET_OTHERS_SHARE
-        lines.append(f"- Other processes: {others['others_s']:.0f} CPU-s during the run's {others['wall_s']:.0f} s "
-                     f"({share:.0%} of one CPU; the hypervisor stole {others['steal_s']:.0f} s); load average "
-                     f"(1/5/15 min) {start} at the start, {end} at the end")
-    elif start or end:
-        busy = any(load and load[0] > 0.5 * cpus + 1 for load in (start, end))
-        lines.append(f"- Load average (1/5/15 min): {start} at the start, {end} at the end")
-    else:
-        busy = False
-    if busy:
-        lines[-1] += (" -- **the machine was not quiet**: treat absolute times with suspicion; same-run ratios "
-                      "hold better")
-    lines.append(f"- Timing: first call (trace + compile) timed apart; then {meta.get('repeats')} timed calls "
-                 f"per phase (at least 3; fewer past {meta.get('budget_s')} s; fast calls timed on for "
-                 f"{meta.get('min_time_s', 0)} s, at most {MAX_TIMED_CALLS}), medians reported; "
-                 f"one subprocess per measurement, timeout {meta.get('timeout')} s")
+    verdict, busy = quiet_verdict(res)
+    if verdict:
+        lines.append(f"- {verdict}")
+    lines.append(f"- Timing: {_protocol(meta)}")
     if len(res.metas) > 1:
         lines.append(f"- Measured over {len(res.metas)} sessions (resumed); ratios still pair rows of this file")
     return lines + [""]
@@ -87,15 +127,16 @@ def _machine_section(res: Results) -> list[str]:
 def _roof_section(res: Results) -> list[str]:
     if not res.roofs:
         return ["## GEMM roof", "", "Not measured in this run.", ""]
-    lines = ["## GEMM roof (measured in this run)", "",
+    lines = ["## Best GEMM rates measured in this run (the \"roof\")", "",
              "GFLOP/s of the GEMMs each workload needs: the recurrent step GEMM (B x H) x (H x G*H) and the "
              "input projection over all steps (T*B x I) x (I x G*H), with `torch.mm` (MKL / cuBLAS), oneDNN on "
              "a prepacked weight (`torch.ops.mkldnn._linear_pointwise`) and XLA's dot (jitted, same threads), "
              "each the best of five timing windows; `loop`: T dependent step GEMMs inside one compiled loop "
              "(TorchScript, `lax.fori_loop`), the step without per-call dispatch.", "",
-             "The roof is the best rate any of the workload's GEMM shapes reached: no FLOP of any rung, "
-             "forward or backward, runs faster, so every rung is at or below 100% of it (the results' GFLOP/s "
-             "count a forward+backward step as 3x the forward FLOPs). `roof` takes every library of both "
+             "The roof is the best rate any of the workload's GEMM shapes (forward and backward) reached in "
+             "this run: a measured rate, not a proven bound; a rung above 100% of it ran faster than any GEMM "
+             "measured here, which the Sanity section flags (the results' GFLOP/s count a forward+backward step "
+             "as 3x the forward FLOPs). `roof` takes every library of both "
              "frameworks and judges every rung; `torch roof` and `XLA roof` take each framework's own, split "
              "the JAX-vs-torch gap and set the JAX targets. A tighter roof (the recurrent FLOPs at the step "
              "shape's rate) would say more about batch 1, but a fused RNN kernel (nn.LSTM's oneDNN primitive) "
@@ -288,14 +329,16 @@ def _what_to_use_section(res: Results) -> list[str]:
     if not rows:
         return []
     lines = ["## What to use (computed from this run)", "",
-             "Per cell, workload and mode, the fastest rung of this run (median time), the fastest of each "
-             "framework and their ratio, and what the winner costs on its first call and in memory. Rows "
+             "Per cell, workload and mode, the fastest rung of this run (lowest time over nn.LSTM / nn.GRU, "
+             "with its 95% interval) — or, when the runner-up's interval overlaps the winner's, a tie within "
+             "noise naming every rung in it — the fastest of each framework and their ratio, and what the "
+             "winner costs on its first call and in memory (peak RSS, and net of the framework's own). Rows "
              "whose times are flagged under Sanity (noise, a forward slower than its forward+backward) do not "
              "compete.", "", what_to_use_markdown(rows), ""]
     if flips:
-        lines += ["The answer changes with the workload:", ""] + [f"- {f}" for f in flips] + [""]
+        lines += ["The answer changes with the workload (clear winners only):", ""] + [f"- {f}" for f in flips] + [""]
     else:
-        lines += ["The same rung wins on every workload of this run, in each mode.", ""]
+        lines += ["No clear winner changes between the workloads of this run, in either mode.", ""]
     return lines
 
 
@@ -361,18 +404,20 @@ def write_report(results_path: Path, out_dir: Path | None = None, *, command: st
 
     lines = ["# rnnbench study", "", f"Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}"
              + (f" by `{command}`" if command else "") + ".", ""]
+    lines += _answer_section(res)
     lines += _machine_section(res)
     lines += _roof_section(res)
     lines += ["## Results", "",
-              "Median times; `×native` is the ratio to `torch.native` of the same cell and workload measured in "
-              "this run (lower is faster). GFLOP/s from `RNNSpec.flops` (fwd+bwd counts 3x the forward FLOPs). "
-              "`roof` is the fraction of the GEMM roof above. `1st` columns: the first call, trace + compile "
+              "Median times; `×native` is the ratio to `torch.native` (float32 nn.LSTM / nn.GRU) of the same cell "
+              "and workload, measured in pairs in the same processes, with its 95% interval in brackets (lower is "
+              "faster; records without pairs: the ratio of the two medians). GFLOP/s from `RNNSpec.flops` (fwd+bwd counts 3x the forward FLOPs). "
+              "`of best GEMM` is the fraction of the best GEMM rate above. `net MiB`: peak RSS less the process's RSS "
+              "after importing the framework. `1st` columns: the first call, trace + compile "
               "included. Parity: max abs error of outputs and gradients against the float64 reference "
               "(it passes when every error is within the derived bound of the tolerance rule, docs/parity.md).", "", markdown_table(main_rows), ""]
     notes = {parity_note(res, r["impl"], r["cell"]) for r in main_rows} - {None}
     if notes:
         lines += [f"Parity cases: {'; '.join(sorted(notes))}.", ""]
-    lines += _what_to_use_section(res)
     lines += _jax_targets_section(res)
     lines += _threads_section(res)
     lines += _sanity_section(main_rows + [r for r in rows if r["group"] != "main"])

@@ -73,7 +73,7 @@ def _last_lines(path: Path, n: int = 3, limit: int = 600) -> str:
 
 
 def run_worker(command: str, job: dict, *, timeout: float, max_rss_bytes: int | None = None,
-               poll_s: float = 0.1) -> dict:
+               poll_s: float = 0.1, env: dict | None = None) -> dict:
     """Run `python -m shared.study.worker COMMAND` on `job`; always return a record.
 
     The record's "status" is the worker's ("ok", "skipped", "failed") or "failed" with a
@@ -84,7 +84,7 @@ def run_worker(command: str, job: dict, *, timeout: float, max_rss_bytes: int | 
         tmp = Path(tmp)
         job_path, result_path = tmp / "job.json", tmp / "result.json"
         job_path.write_text(json.dumps(job))
-        env = dict(os.environ)
+        env = {**os.environ, **(env or {})}
         env.update(thread_env(int(job.get("threads", DEFAULT_THREADS))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
         with open(tmp / "stdout", "wb") as out, open(tmp / "stderr", "wb") as err:
@@ -192,7 +192,13 @@ class StudyConfig:
     precisions: list[str] = field(default_factory=list)
     threads: int = DEFAULT_THREADS
     repeats: int = 10
-    budget_s: float = 1.0  # per timed phase; at least 3 calls are timed even past it
+    budget_s: float = 1.0  # per timed phase; at least 3 calls (5 pairs) are timed even past it
+    # Each measurement runs in `processes` fresh processes (rounds over the whole plan, so a slow
+    # spell of the machine hits different rungs), then in more, up to `max_processes`, while
+    # its interval is wider than +-target_half_width (shared.study.stats).
+    processes: int = 3
+    max_processes: int = 5
+    target_half_width: float = 0.03
     min_time_s: float = 0.25  # fast calls are timed on past `repeats` until the phase has run this long
     warmup: int = 1
     timeout: float = 240.0
@@ -291,6 +297,7 @@ def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
                         continue
                     seen.add(key)
                     row = registry.get(name)
+                    baseline = _baseline(name, cell, dtype, impls)
                     parity = (config.parity and group in ("main", "custom", "precision")
                               and (name, cell, dtype) not in parity_done)
                     if parity:
@@ -302,9 +309,42 @@ def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
                         threads=1 if group == "threads" else config.threads, repeats=config.repeats, budget_s=config.budget_s,
                         min_time_s=config.min_time_s, warmup=config.warmup, parity=parity, seed=0,
                         phases={"custom": ["train"], "threads": ["forward"]}.get(group, ["forward", "train"]),
-                        flops_forward=w.flops(cell),
+                        flops_forward=w.flops(cell), baseline=baseline,
                         adapter_path=row.adapter_path or f"{registry.FRAMEWORKS.get(row.framework)}:get_adapter"))
     return jobs
+
+
+BASELINE = "torch.native"
+
+
+def _baseline(impl: str, cell: str, dtype: str, impls: list[str]) -> dict | None:
+    """The job that a measurement is paired with: float32 nn.LSTM / nn.GRU of the cell's family
+    (None for that baseline itself, or where it is not available)."""
+    from ..cells import get_cell
+
+    family = get_cell(cell).family if cell in _cell_names() else cell
+    if BASELINE not in impls or (impl == BASELINE and dtype == "float32" and cell == family):
+        return None
+    row = registry.get(BASELINE)
+    return dict(impl=BASELINE, cell=family, dtype="float32", adapter_key=row.key,
+                adapter_path=row.adapter_path or f"{registry.FRAMEWORKS.get(row.framework)}:get_adapter")
+
+
+def _cell_names():
+    from ..cells import CELL_DEFS
+    return CELL_DEFS
+
+
+PROCESS_SEP = "#p"
+
+
+def process_key(key: str, index: int) -> str:
+    """The record key of one process of a measurement (`key` alone for the first, as before)."""
+    return key if index == 0 else f"{key}{PROCESS_SEP}{index}"
+
+
+def base_key(key: str) -> str:
+    return key.split(PROCESS_SEP)[0]
 
 
 def _now() -> str:
@@ -338,6 +378,19 @@ def _progress(enabled: bool, total: int):
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=False)
 
 
+def _tight(results: Path, key: str, target: float) -> bool:
+    """Whether every timed phase of a measurement has an interval within +-target (or cannot get one)."""
+    from .stats import is_tight, pooled_ratio
+
+    recs = [r for r in read_records(results) if r.get("kind") == "measurement" and base_key(r.get("key", "")) == key
+            and r.get("status") == "ok"]
+    for phase in ("forward", "train"):
+        processes = [r[f"{phase}_pairs"] for r in recs if r.get(f"{phase}_pairs")]
+        if processes and not is_tight(pooled_ratio(processes), target):
+            return False
+    return True
+
+
 def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
     """Run (or resume) the study into `config.out`; return the path of results.jsonl."""
     from .machine import cpu_account, load_average, machine_info
@@ -357,7 +410,8 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
     append_record(results, dict(kind="meta", run_id=run_id, started=_now(), argv=config.argv,
                                 device=config.device, dtype=config.dtype, threads=config.threads,
                                 repeats=config.repeats, budget_s=config.budget_s, min_time_s=config.min_time_s,
-                                timeout=config.timeout, resumed=bool(previous), machine=machine_info(config.device, config.threads),
+                                timeout=config.timeout, resumed=bool(previous), processes=config.processes,
+                                max_processes=config.max_processes, target_half_width=config.target_half_width, machine=machine_info(config.device, config.threads),
                                 cpu=cpu_account()))
     log(f"probing {len(names)} implementations on {config.device} ...")
     planned = plan(config, names)
@@ -370,7 +424,7 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
             append_record(results, dict(kind="unavailable", run_id=run_id, impl=n, device=config.device,
                                         reason=reasons[n]))
     planned = plan(config, available)
-    jobs = [j for j in planned if j["key"] not in done]
+    jobs = [(j, i) for i in range(config.processes) for j in planned if process_key(j["key"], i) not in done]
     roof_pairs = []
     if config.roof:
         # the roof of the plain cells; a custom cell's GEMMs are its family's
@@ -382,7 +436,8 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
     # taken once, while the machine was busy, bounds nothing
     start_roof = [i for i in roof_pairs if _roof_key(i, config, "start") not in done]
     end_roof = [i for i in roof_pairs if jobs or _roof_key(i, config, "end") not in done]
-    log(f"{len(available)} available, {len(jobs)} measurements to run"
+    log(f"{len(available)} available, {len(planned)} measurements x {config.processes} processes: "
+        f"{len(jobs)} to run"
         + (f" ({len(done)} already done)" if done else "") + f", results -> {results}")
     max_rss = config.max_rss_bytes()
     steps = len(jobs) + bool(start_roof) + bool(end_roof)
@@ -404,24 +459,50 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
                                             reason=rec.get("reason"), device=config.device, roof_pass=when))
         bar.advance(task)
 
+    cache_env = {"TORCHINDUCTOR_CACHE_DIR": str((out / "compile-cache").resolve())}
+
+    def measure_job(job, index):
+        bar.update(task, description=f"{job['impl']} {job['cell']} {job['workload_name']} "
+                                     f"(process {index + 1})")
+        reason = unsupported.get((job["impl"], job["cell"], job["dtype"]))
+        if reason:
+            rec = {"status": "skipped", "reason": reason, "wall_s": 0.0}
+        else:
+            # parity once per measurement; the first process finds the compile cache empty
+            rec = run_worker("measure", dict(job, parity=job["parity"] and index == 0), timeout=config.timeout,
+                             max_rss_bytes=max_rss, env=cache_env)
+        record = {k: v for k, v in job.items() if k not in ("adapter_key", "adapter_path", "baseline")}
+        record.update(rec)
+        record.update(kind="measurement", key=process_key(job["key"], index), process=index, run_id=run_id,
+                      time=_now(), compile_cache="cold" if index == 0 else "warm",
+                      baseline=(job.get("baseline") or {}).get("impl"))
+        append_record(results, record)
+        if rec.get("status") == "failed":
+            log(f"  {job['impl']} {job['cell']} {job['workload_name']}: FAILED: {rec.get('reason')}")
+        bar.advance(task)
+        return rec
+
     with _progress(progress, steps) as bar:
         task = bar.add_task("study", total=steps)
         if start_roof:
             measure_roof(start_roof, "start")
-        for job in jobs:
-            bar.update(task, description=f"{job['impl']} {job['cell']} {job['workload_name']}")
-            reason = unsupported.get((job["impl"], job["cell"], job["dtype"]))
-            if reason:
-                rec = {"status": "skipped", "reason": reason, "wall_s": 0.0}
-            else:
-                rec = run_worker("measure", job, timeout=config.timeout, max_rss_bytes=max_rss)
-            record = {k: v for k, v in job.items() if k not in ("adapter_key", "adapter_path")}
-            record.update(rec)
-            record.update(kind="measurement", key=job["key"], run_id=run_id, time=_now())
-            append_record(results, record)
-            if rec.get("status") == "failed":
-                log(f"  {job['impl']} {job['cell']} {job['workload_name']}: FAILED: {rec.get('reason')}")
-            bar.advance(task)
+        # rounds over the plan: process k of every measurement before process k+1 of any
+        for index in range(config.processes):
+            for job in planned:
+                if process_key(job["key"], index) in done:
+                    continue
+                rec = measure_job(job, index)
+                if rec.get("status") == "skipped" or (index == 0 and rec.get("status") == "failed"):
+                    done.update(process_key(job["key"], i) for i in range(config.max_processes))
+        for index in range(config.processes, config.max_processes):
+            loose = [j for j in planned if process_key(j["key"], index) not in done
+                     and not _tight(results, j["key"], config.target_half_width)]
+            if not loose:
+                break
+            bar.update(task, total=steps + len(loose))
+            steps += len(loose)
+            for job in loose:
+                measure_job(job, index)
         if end_roof:
             measure_roof(end_roof, "end")
     append_record(results, dict(kind="end", run_id=run_id, finished=_now(), load_average=load_average(),

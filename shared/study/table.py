@@ -57,8 +57,69 @@ def collect(records: list[dict]) -> Results:
             unavailable[r["impl"]] = r["reason"]
         elif kind == "end":
             ends.append(r)
-    return Results([latest[k] for k in order], {k: derive_roof(r) for k, r in roofs.items()}, unavailable, metas,
-                   ends)
+    return Results(pool_processes([latest[k] for k in order]), {k: derive_roof(r) for k, r in roofs.items()},
+                   unavailable, metas, ends)
+
+
+def pool_processes(records: list[dict]) -> list[dict]:
+    """One record per measurement from the records of its processes (`runner.process_key`).
+
+    Times are the median over every process's own median; each phase measured in pairs gets
+    its pooled ratio to the baseline with the interval (`shared.study.stats.pooled_ratio`):
+    `{phase}_ratio`, `_ratio_lo`, `_ratio_hi`, `_processes`, `_pairs_n`, `_tight`.  First-call
+    times are the first process's (cold compile cache) and the median of the others' (warm).
+    Memory is the largest peak of any process, and also net of the framework's baseline RSS.
+    """
+    import statistics
+
+    from .runner import base_key
+    from .stats import TARGET_HALF_WIDTH, pooled_ratio
+
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        groups.setdefault(base_key(r["key"]), []).append(r)
+    out = []
+    for key, recs in groups.items():
+        recs = sorted(recs, key=lambda r: r.get("process", 0))
+        ok = [r for r in recs if r.get("status") == "ok"]
+        if not ok:
+            out.append(dict(recs[-1], key=key, processes=len(recs)))
+            continue
+        merged = dict(ok[-1], key=key, processes=len(ok), failed_processes=len(recs) - len(ok))
+        for phase in ("forward", "train"):
+            times = [r[f"{phase}_s"] for r in ok if r.get(f"{phase}_s") is not None]
+            if times:
+                merged[f"{phase}_s"] = statistics.median(times)
+                merged[f"{phase}_n"] = sum(r.get(f"{phase}_n") or 0 for r in ok)
+                merged[f"{phase}_process_spread"] = max(times) / min(times) if min(times) > 0 else None
+                rates = [r[f"gflops_{phase}"] for r in ok if r.get(f"gflops_{phase}")]
+                merged[f"gflops_{phase}"] = statistics.median(rates) if rates else None
+            pairs = [r[f"{phase}_pairs"] for r in ok if r.get(f"{phase}_pairs")]
+            summary = pooled_ratio(pairs) if pairs else None
+            if summary:
+                merged.update({f"{phase}_ratio": summary["ratio"], f"{phase}_ratio_lo": summary["lo"],
+                               f"{phase}_ratio_hi": summary["hi"], f"{phase}_processes": summary["processes"],
+                               f"{phase}_pairs_n": summary["pairs"],
+                               f"{phase}_tight": summary["processes"] >= 2
+                               and summary["half_width"] <= TARGET_HALF_WIDTH})
+            merged.pop(f"{phase}_pairs", None)
+        first = recs[0]
+        for phase in ("forward", "train"):
+            merged[f"first_{phase}_s"] = first.get(f"first_{phase}_s")
+            warm = [r[f"first_{phase}_s"] for r in ok[1:] if r.get(f"first_{phase}_s") is not None
+                    and r.get("process", 0) > 0]
+            merged[f"first_{phase}_warm_s"] = statistics.median(warm) if warm else None
+        peaks = [r["peak_rss_bytes"] for r in ok if r.get("peak_rss_bytes")]
+        merged["peak_rss_bytes"] = max(peaks) if peaks else None
+        nets = [r["peak_rss_bytes"] - r["baseline_rss_bytes"] for r in ok
+                if r.get("peak_rss_bytes") and r.get("baseline_rss_bytes")]
+        merged["net_rss_bytes"] = max(nets) if nets else None
+        for k in ("parity_max_error", "parity_worst", "parity_bound_ratio", "parity_ok", "parity_cases",
+                  "parity_source", "parity_note"):
+            if k in first:
+                merged[k] = first[k]
+        out.append(merged)
+    return out
 
 
 # ---- the GEMM roof ---------------------------------------------------------------------
@@ -121,6 +182,15 @@ def _ratio(a, b):
     return a / b
 
 
+def _x_native(m: dict, native: dict | None, phase: str):
+    """A row's time over torch.native's: the pooled paired ratio when the row was measured in
+    pairs with float32 native (every float32 row of a study since intervals), else the ratio of
+    the two medians (older records)."""
+    if m.get(f"{phase}_ratio") is not None and m.get("dtype") == "float32":
+        return m[f"{phase}_ratio"]
+    return _ratio(m.get(f"{phase}_s"), native and native.get(f"{phase}_s"))
+
+
 NOISY_IQR = 1 / 3  # an IQR wider than this fraction of the median is noise, not a result
 
 
@@ -165,8 +235,12 @@ def table_rows(res: Results) -> list[dict]:
             status=m.get("status"), reason=m.get("reason"),
             forward_ms=_ms(m.get("forward_s")), forward_iqr_ms=_ms(m.get("forward_iqr_s")),
             train_ms=_ms(m.get("train_s")), train_iqr_ms=_ms(m.get("train_iqr_s")),
-            forward_x_native=_ratio(m.get("forward_s"), native and native.get("forward_s")),
-            train_x_native=_ratio(m.get("train_s"), native and native.get("train_s")),
+            forward_x_native=_x_native(m, native, "forward"), train_x_native=_x_native(m, native, "train"),
+            **{f"{phase}_{k}": m.get(f"{phase}_{k}") for phase in ("forward", "train")
+               for k in ("ratio", "ratio_lo", "ratio_hi", "processes", "pairs_n", "tight", "process_spread")},
+            net_rss_mib=_mib(m.get("net_rss_bytes")),
+            first_forward_warm_s=m.get("first_forward_warm_s"), first_train_warm_s=m.get("first_train_warm_s"),
+            kernel_choices=m.get("kernel_choices"),
             gflops_forward=m.get("gflops_forward"), gflops_train=m.get("gflops_train"),
             roof_gflops=roof_g,
             roof_fraction_forward=_ratio(m.get("gflops_forward"), roof_g),
@@ -244,19 +318,29 @@ def fmt(value, kind: str) -> str:
     return str(value)
 
 
+def fmt_ratio(row: dict, key: str) -> str:
+    """A ratio column of a row, with the row's interval when it has one: `1.15x [1.11, 1.19]`."""
+    from .formatting import format_ratio, ratio_interval
+
+    phase = "train" if key.startswith("train") else "forward"
+    if row.get(key) is None or row.get(f"{phase}_ratio") is None or row.get(key) != row.get(f"{phase}_ratio"):
+        return fmt(row.get(key), "x")
+    return format_ratio(row[key], *ratio_interval(phase, row))
+
+
 COLUMNS = [  # (header, key, kind)
     ("impl", "impl", "str"), ("cell", "cell", "str"), ("workload", "workload", "str"),
     ("fwd ms", "forward_ms", "ms"), ("fwd ×native", "forward_x_native", "x"),
     ("fwd+bwd ms", "train_ms", "ms"), ("fwd+bwd ×native", "train_x_native", "x"),
     ("GFLOP/s fwd", "gflops_forward", "g"), ("GFLOP/s fwd+bwd", "gflops_train", "g"),
-    ("roof fwd", "roof_fraction_forward", "%"), ("roof fwd+bwd", "roof_fraction_train", "%"),
-    ("peak RSS MiB", "peak_rss_mib", "mib"), ("1st fwd s", "first_forward_s", "s"),
+    ("of best GEMM fwd", "roof_fraction_forward", "%"), ("of best GEMM fwd+bwd", "roof_fraction_train", "%"),
+    ("peak RSS MiB", "peak_rss_mib", "mib"), ("net MiB", "net_rss_mib", "mib"), ("1st fwd s", "first_forward_s", "s"),
     ("1st fwd+bwd s", "first_train_s", "s"), ("parity max err", "parity_max_error", "e"),
 ]
 
 
 def formatted(row: dict) -> list[str]:
-    cells = [fmt(row[key], kind) for _, key, kind in COLUMNS]
+    cells = [fmt_ratio(row, key) if kind == "x" else fmt(row[key], kind) for _, key, kind in COLUMNS]
     where = {key: i for i, (_, key, _) in enumerate(COLUMNS)}
     if row["status"] in ("failed", "skipped"):
         # the first time the row lacks says why (the reason is listed under the table)
@@ -294,7 +378,10 @@ CSV_FIELDS = ["impl", "framework", "rung", "group", "cell", "workload", "device"
               "gflops_forward", "gflops_train", "roof_gflops", "roof_fraction_forward",
               "roof_fraction_train", "peak_rss_mib", "peak_device_mib", "first_forward_s", "first_train_s",
               "parity_max_error", "parity_ok", "forward_n", "train_n", "threads",
-              "parity_bound_ratio", "kernel_isa", "flags"]
+              "parity_bound_ratio", "kernel_isa", "flags",
+              "forward_ratio_lo", "forward_ratio_hi", "forward_processes", "forward_pairs_n", "forward_tight",
+              "train_ratio_lo", "train_ratio_hi", "train_processes", "train_pairs_n", "train_tight",
+              "net_rss_mib", "first_forward_warm_s", "first_train_warm_s"]
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
@@ -463,8 +550,10 @@ def precision_rows(res: Results, base_dtype: str = "float32") -> list[dict]:
         if r["group"] == "main" and r["dtype"] != base_dtype:
             continue
         native = res.find(NATIVE, r["cell"], r["workload"], r["device"], base_dtype)
-        out.append(dict(r, forward_x_native32=_ratio(r["forward_ms"], _ms(native and native.get("forward_s"))),
-                        train_x_native32=_ratio(r["train_ms"], _ms(native and native.get("train_s")))))
+        # paired rows were timed against float32 native in their own processes: that ratio, else the medians'
+        out.append(dict(r, **{f"{p}_x_native32": r.get(f"{p}_ratio") if r.get(f"{p}_ratio") is not None
+                              else _ratio(r[f"{p}_ms"], _ms(native and native.get(f"{p}_s")))
+                              for p in ("forward", "train")}))
     from ..precision import ALL
     out.sort(key=lambda r: (r["cell"], r["framework"] != "torch", r["framework"] or "",
                             r["rung"] if r["rung"] is not None else 99, r["impl"],
@@ -495,48 +584,76 @@ def precision_rich(rows: list[dict], title: str):
 
 
 # ---- what to use -----------------------------------------------------------------------
-MODES = (("training", "train_ms", "first_train_s"), ("inference", "forward_ms", "first_forward_s"))
+MODES = (("training", "train", "first_train_s"), ("inference", "forward", "first_forward_s"))
+
+
+def _interval(r: dict, phase: str) -> dict:
+    """A row's ratio to native as an interval for `stats.compare` (native itself: exactly 1)."""
+    x = r[f"{phase}_x_native"]
+    lo, hi = r.get(f"{phase}_ratio_lo"), r.get(f"{phase}_ratio_hi")
+    if r["impl"] == NATIVE and lo is None:
+        lo = hi = x
+    return {"ratio": x, "lo": lo, "hi": hi}
 
 
 def what_to_use(res: Results) -> tuple[list[dict], list[str]]:
-    """Computed from the main group: per cell, workload and mode, the fastest rung overall and
-    per framework, the best JAX over the best torch, the winner's first-call cost and memory;
-    and the conditions that flip the answer (the winner changes between workloads).
+    """Computed from the main group: per cell, workload and mode, the fastest rung (lowest ratio to
+    native, with its interval) and whether it beats the runner-up beyond noise (their intervals do
+    not overlap; otherwise "tie": every rung whose interval overlaps the fastest one's is named);
+    the best per framework, the best JAX over the best torch, the winner's first-call cost and
+    memory; and the workloads that flip the answer, counted only between clear winners.
 
     Rows whose times `sanity_flags` impeaches (noise, a forward slower than its forward+backward)
     are left out: a suspect figure does not pick a rung.
     """
+    from .stats import compare
+
     rows = [r for r in table_rows(res) if r["group"] == "main" and r["status"] == "ok" and not r["time_suspect"]]
     out = []
     for cell in dict.fromkeys(r["cell"] for r in rows):
         for wl in dict.fromkeys(r["workload"] for r in rows if r["cell"] == cell):
             here = [r for r in rows if r["cell"] == cell and r["workload"] == wl]
-            for mode, key, first in MODES:
-                timed = [r for r in here if r[key] is not None]
+            for mode, phase, first in MODES:
+                timed = sorted((r for r in here if r[f"{phase}_x_native"] is not None),
+                               key=lambda r: r[f"{phase}_x_native"])
                 if not timed:
                     continue
-                best = min(timed, key=lambda r: r[key])
-                per_fw = {fw: min((r for r in timed if r["framework"] == fw), key=lambda r: r[key], default=None)
-                          for fw in ("torch", "jax")}
+                best = timed[0]
+                tied = [r for r in timed[1:] if compare(_interval(best, phase), _interval(r, phase)) == "="]
+                per_fw = {fw: next((r for r in timed if r["framework"] == fw), None) for fw in ("torch", "jax")}
                 t, j = per_fw["torch"], per_fw["jax"]
-                out.append(dict(cell=cell, workload=wl, mode=mode, best=best["impl"], best_ms=best[key],
+                out.append(dict(cell=cell, workload=wl, mode=mode, best=best["impl"], tied=[r["impl"] for r in tied],
+                                best_ratio=best[f"{phase}_x_native"], best_lo=_interval(best, phase)["lo"],
+                                best_hi=_interval(best, phase)["hi"], best_ms=best[f"{phase}_ms"],
                                 best_torch=t and t["impl"], best_jax=j and j["impl"],
-                                jax_over_torch=_ratio(j and j[key], t and t[key]),
-                                first_call_s=best.get(first), peak_rss_mib=best.get("peak_rss_mib")))
+                                jax_over_torch=_ratio(j and j[f"{phase}_x_native"], t and t[f"{phase}_x_native"]),
+                                jax_vs_torch=compare(_interval(j, phase), _interval(t, phase)) if j and t else None,
+                                first_call_s=best.get(first), peak_rss_mib=best.get("peak_rss_mib"),
+                                net_rss_mib=best.get("net_rss_mib")))
     flips = []
     for cell in dict.fromkeys(r["cell"] for r in out):
         for mode, _, _ in MODES:
-            winners = {r["workload"]: r["best"] for r in out if r["cell"] == cell and r["mode"] == mode}
+            winners = {r["workload"]: r["best"] for r in out if r["cell"] == cell and r["mode"] == mode
+                       and not r["tied"]}
             if len(set(winners.values())) > 1:
                 flips.append(f"{cell} {mode}: " + ", ".join(f"{impl} on {wl}" for wl, impl in winners.items()))
     return out, flips
 
 
+def winner_text(r: dict) -> str:
+    """`jax.bptt`, or `tie within noise: jax.bptt ≈ torch.bptt` when intervals overlap."""
+    return f"tie within noise: {' ≈ '.join([r['best'], *r['tied']])}" if r["tied"] else r["best"]
+
+
 def what_to_use_markdown(rows: list[dict]) -> str:
-    lines = ["| cell | workload | mode | fastest | ms | best torch | best JAX | JAX / torch | its first call s | "
-             "its peak RSS MiB |", "|---|---|---|---|---:|---|---|---:|---:|---:|"]
+    from .formatting import format_ratio
+
+    lines = ["| cell | workload | mode | use | ×native [95% CI] | ms | best torch | best JAX | JAX / torch | "
+             "its first call s | its peak RSS MiB (net) |", "|---|---|---|---|---:|---:|---|---|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['cell']} | {r['workload']} | {r['mode']} | {r['best']} | {fmt(r['best_ms'], 'ms')} | "
-                     f"{r['best_torch'] or 'n/a'} | {r['best_jax'] or 'n/a'} | {fmt(r['jax_over_torch'], 'x')} | "
-                     f"{fmt(r['first_call_s'], 's')} | {fmt(r['peak_rss_mib'], 'mib')} |")
+        jt = fmt(r["jax_over_torch"], "x") + {"=": " (tie)"}.get(r["jax_vs_torch"], "")
+        lines.append(f"| {r['cell']} | {r['workload']} | {r['mode']} | {winner_text(r)} | "
+                     f"{format_ratio(r['best_ratio'], r['best_lo'], r['best_hi']) if r['best_lo'] != r['best_hi'] else fmt(r['best_ratio'], 'x')} | "
+                     f"{fmt(r['best_ms'], 'ms')} | {r['best_torch'] or 'n/a'} | {r['best_jax'] or 'n/a'} | {jt} | "
+                     f"{fmt(r['first_call_s'], 's')} | {fmt(r['peak_rss_mib'], 'mib')} ({fmt(r['net_rss_mib'], 'mib')}) |")
     return "\n".join(lines)

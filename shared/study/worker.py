@@ -6,12 +6,16 @@ the job and writes its record (JSON) to the result file after every phase, so a 
 hang or out-of-memory kill still leaves what was measured before it.
 
 `measure`: build the workload; time the first forward and the first train step (trace +
-compile) separately; warm up; time up to `repeats` calls of each (stopping early, after at
-least 3, once `budget_s` is spent; a job's `phases` may name only one: the study's
-custom-cell rows are ["train"], its one-thread rows ["forward"]); median and IQR; peak RSS (clean: one process per
-measurement) and, on CUDA, peak device memory; GFLOP/s from `RNNSpec.flops` (train step =
-3x forward FLOPs: each GEMM has two in backward); and, if asked, the parity error of the
-implementation against the float64 reference on a few small shared vectors.
+compile) separately; warm up; record peak RSS (the rung alone: one process per measurement)
+and, on CUDA, peak device memory; then, with a `baseline` job (float32 nn.LSTM / nn.GRU of
+the same workload), build it too and time both alternately, pair by pair (`time_pairs`: at
+least 5 pairs, on until `budget_s`), keeping every pair so that the study can pool processes
+(`shared.study.stats`); without one, time up to `repeats` calls (stopping early, after at
+least 3, once `budget_s` is spent).  A job's `phases` may name only one: the study's
+custom-cell rows are ["train"], its one-thread rows ["forward"].  Median and IQR of the rung's
+own times; GFLOP/s from `RNNSpec.flops` (train step = 3x forward FLOPs: each GEMM has two in
+backward); and, if asked, the parity error of the implementation against the float64
+reference on a few small shared vectors.
 
 `roof`: GEMM rates at the workloads' GEMM shapes (the roof is derived from them), with `torch.mm` (MKL on
 CPU, cuBLAS on CUDA) and with oneDNN (`torch.ops.mkldnn._linear_pointwise` on a weight
@@ -140,7 +144,47 @@ def framework_of(job: dict):
 
 
 # ---- measure ---------------------------------------------------------------------------
+PAIR_ORDER_SETTLE_S = 0.001  # idle before every paired call: the other side's threads stop spinning
+MIN_PAIRS = 5
+MAX_PAIRS = 200
+
+
+def time_pairs(candidate, baseline, budget_s: float, min_pairs: int = MIN_PAIRS, max_pairs: int = MAX_PAIRS,
+               min_time_s: float = 0.0) -> list[tuple[float, float]]:
+    """(candidate_s, baseline_s) of adjacent calls, alternating which side goes first.
+
+    At least `min_pairs`; then on while under `budget_s` or under `min_time_s` (fast calls:
+    a short window sees only the machine's jitter), at most `max_pairs`.  A short sleep
+    before each call lets the previous call's thread pool go idle (torch's OpenMP threads
+    spin a while after a parallel region), so neither side runs beside the other's spinners.
+    """
+    pairs: list[tuple[float, float]] = []
+    start = time.perf_counter()
+    while True:
+        times = {}
+        for side in (("baseline", "candidate") if len(pairs) % 2 == 0 else ("candidate", "baseline")):
+            time.sleep(PAIR_ORDER_SETTLE_S)
+            t0 = time.perf_counter()
+            (candidate if side == "candidate" else baseline)()
+            times[side] = time.perf_counter() - t0
+        pairs.append((times["candidate"], times["baseline"]))
+        elapsed = time.perf_counter() - start
+        if len(pairs) >= max_pairs:
+            break
+        if len(pairs) >= min_pairs and elapsed >= budget_s and elapsed >= min_time_s:
+            break
+    return pairs
+
+
+def _make(adapter, spec, w: dict, dtype: str, device: str, seed: int, lengths):
+    return adapter.make_workload(spec, seq_len=w["seq_len"], batch=w["batch"], dtype=dtype, device=device,
+                                 seed=seed, **({} if lengths is None else {"lengths": lengths}))
+
+
 def measure(job: dict, result_path: str) -> dict:
+    """Measure one job; see the module docstring.  With `job["baseline"]` (the float32 nn.LSTM /
+    nn.GRU of the same workload), the timed phases are paired samples of the rung and the
+    baseline, alternated in this process (`time_pairs`); the record keeps every pair."""
     rec: dict = {"status": "running", "phase": "import", "pid": os.getpid()}
 
     def save(**updates):
@@ -167,40 +211,64 @@ def measure(job: dict, result_path: str) -> dict:
              kernel_isa=fw.kernel_isa(device))
         fw.reset_peak_memory(device)
         t0 = time.perf_counter()
-        wl = adapter.make_workload(spec, seq_len=w["seq_len"], batch=w["batch"], dtype=dtype,
-                                   device=device, seed=job.get("seed", 0),
-                                   **({} if lengths is None else {"lengths": lengths}))
+        wl = _make(adapter, spec, w, dtype, device, job.get("seed", 0), lengths)
         phases = job.get("phases", ("forward", "train"))
         forward, train = "forward" in phases, "train" in phases
         save(build_s=time.perf_counter() - t0, phase="first_forward" if forward else "first_train_step")
         if forward:
-            save(first_forward_s=timed(wl.forward), phase="first_train_step" if train else "forward")
+            save(first_forward_s=timed(wl.forward), phase="first_train_step" if train else "warmup")
         if train:
-            save(first_train_s=timed(wl.train_step), phase="forward" if forward else "train_step")
-        repeats, budget, warmup = job["repeats"], job["budget_s"], job.get("warmup", 1)
-        min_time = job.get("min_time_s", 0.0)
-        flops = spec.flops(w["seq_len"], w["batch"])
-        if forward:
-            for _ in range(warmup):
+            save(first_train_s=timed(wl.train_step), phase="warmup")
+        warmup = job.get("warmup", 1)
+        for _ in range(warmup):
+            if forward:
                 wl.forward()
-            fwd = summarize(time_calls(wl.forward, repeats, budget, min_time_s=min_time))
-            save(forward_s=fwd["median"], forward_iqr_s=fwd["iqr"], forward_n=fwd["n"],
-                 gflops_forward=flops / fwd["median"] / 1e9, phase="train_step")
-        if train:
-            for _ in range(warmup):
+            if train:
                 wl.train_step()
-            trn = summarize(time_calls(wl.train_step, repeats, budget, min_time_s=min_time))
-            save(train_s=trn["median"], train_iqr_s=trn["iqr"], train_n=trn["n"],
-                 gflops_train=3 * flops / trn["median"] / 1e9)
-        save(peak_rss_bytes=peak_rss_bytes(), peak_device_bytes=fw.peak_memory_bytes(device),
-             kernel_choices=fw.kernel_choices(), phase="parity")
-        del wl
+        # the rung's own memory, before a baseline shares the process
+        save(peak_rss_bytes=peak_rss_bytes(), peak_device_bytes=fw.peak_memory_bytes(device))
+        repeats, budget, min_time = job["repeats"], job["budget_s"], job.get("min_time_s", 0.0)
+        flops = spec.flops(w["seq_len"], w["batch"])
+        base_job = job.get("baseline")
+        base = None
+        if base_job:
+            save(phase="baseline_build")
+            base_adapter = load_adapter(base_job)
+            framework_of(base_job).set_threads(job["threads"])
+            base_spec = workload.spec(base_job["cell"])
+            base = _make(base_adapter, base_spec, w, base_job["dtype"], device, job.get("seed", 0), lengths)
+            for _ in range(1 + warmup):
+                if forward:
+                    base.forward()
+                if train:
+                    base.train_step()
+        from .stats import process_ratio
+        for phase, on, call, mult in (("forward", forward, "forward", 1), ("train", train, "train_step", 3)):
+            if not on:
+                continue
+            save(phase=phase)
+            if base is None:
+                own = time_calls(getattr(wl, call), repeats, budget, min_time_s=min_time)
+                pairs = None
+            else:
+                pairs = time_pairs(getattr(wl, call), getattr(base, call), budget,
+                                   min_pairs=min(MIN_PAIRS, repeats), min_time_s=min_time)
+                own = [c for c, _ in pairs]
+            st = summarize(own)
+            extra = {}
+            if pairs is not None:
+                extra = {f"{phase}_pairs": pairs, f"{phase}_base_s": summarize([b for _, b in pairs])["median"],
+                         f"{phase}_ratio": process_ratio(pairs)}
+            save(**{f"{phase}_s": st["median"], f"{phase}_iqr_s": st["iqr"], f"{phase}_n": st["n"],
+                    f"gflops_{phase}": mult * flops / st["median"] / 1e9}, **extra)
+        save(kernel_choices=fw.kernel_choices(), phase="parity")
+        del wl, base
         if job.get("parity"):
             save(**parity(adapter, job["impl"], job["cell"], dtype, device, job.get("parity_cases", 2)))
         save(status="ok", phase="done")
     except Exception as e:  # the record says what failed and where; the study goes on
         save(status="failed", reason=f"{type(e).__name__} in {rec['phase']}: {e}",
-             traceback=traceback.format_exc(limit=20), peak_rss_bytes=peak_rss_bytes())
+             traceback=traceback.format_exc(limit=20), peak_rss_bytes=rec.get("peak_rss_bytes") or peak_rss_bytes())
     return rec
 
 

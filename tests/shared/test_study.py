@@ -53,7 +53,8 @@ def fake_registry(monkeypatch):
 
 
 def by_impl(records):
-    return {r["impl"]: r for r in records if r.get("kind") == "measurement"}
+    """The first process's record of each implementation's measurement."""
+    return {r["impl"]: r for r in records if r.get("kind") == "measurement" and not r.get("process")}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def failing_study(tmp_path_factory):
     mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     out = tmp_path_factory.mktemp("study")
     config = StudyConfig(out=out, cells=["lstm"], workloads=workloads.resolve("quick"), timeout=15,
-                         max_memory_gb=0.6, repeats=3, min_time_s=0.0, roof=False)
+                         max_memory_gb=0.6, repeats=3, min_time_s=0.0, roof=False, processes=1, max_processes=1)
     try:
         results = run_study(config, progress=False, log=lambda *a: None)
         yield out, read_records(results)
@@ -118,8 +119,12 @@ def test_table_ratios_to_native_from_the_same_run(failing_study):
     _, records = failing_study
     rows = {r["impl"]: r for r in table_rows(collect(records))}
     native, slow = by_impl(records)["torch.native"], by_impl(records)["fake.slow"]
-    assert rows["fake.slow"]["train_x_native"] == pytest.approx(slow["train_s"] / native["train_s"])
+    # timed in pairs with the baseline in its own process: the median of the pairwise ratios
+    assert "train_pairs" not in native and len(slow["train_pairs"]) >= 3
+    assert rows["fake.slow"]["train_x_native"] == pytest.approx(slow["train_ratio"])
     assert 2.0 < rows["fake.slow"]["train_x_native"] < 4.5  # sleeps 3x as long
+    assert rows["fake.slow"]["train_ratio_lo"] <= rows["fake.slow"]["train_x_native"] <= rows["fake.slow"]["train_ratio_hi"]
+    assert rows["fake.slow"]["train_processes"] == 1
     assert rows["torch.native"]["forward_x_native"] == 1.0
     assert rows["fake.crash"]["train_x_native"] is None
 
@@ -171,7 +176,7 @@ def test_resume_skips_what_is_done(failing_study, fake_registry, tmp_path):
     fake_registry("crash", "raise", "hang", "hog", "slow", "wrong", "absent", "extra")
     before = [r for r in records if r.get("kind") == "measurement"]
     config = StudyConfig(out=tmp_path, cells=["lstm"], workloads=workloads.resolve("quick"), timeout=15,
-                         repeats=3, min_time_s=0.0, roof=False, resume=True)
+                         repeats=3, min_time_s=0.0, roof=False, resume=True, processes=1, max_processes=1)
     (tmp_path / "results.jsonl").write_text((out / "results.jsonl").read_text())
     after = read_records(run_study(config, progress=False, log=lambda *a: None))
     measured = [r for r in after if r.get("kind") == "measurement"]
@@ -244,7 +249,8 @@ def custom_study(tmp_path_factory):
     mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     out = tmp_path_factory.mktemp("custom")
     config = StudyConfig(out=out, cells=["lstm", "gru"], custom_cells=["ln_lstm", "gru_reset_before"],
-                         workloads=workloads.resolve("quick"), timeout=30, repeats=3, min_time_s=0.0, roof=False)
+                         workloads=workloads.resolve("quick"), timeout=30, repeats=3, min_time_s=0.0, roof=False,
+                         processes=2, max_processes=2)
     try:
         results = run_study(config, progress=False, log=lambda *a: None)
         yield out, read_records(results)
@@ -283,7 +289,7 @@ def test_custom_cells_are_planned_forward_backward_on_the_first_workload(tmp_pat
 
 def test_custom_cells_are_timed_forward_backward_only(custom_study):
     _, records = custom_study
-    m = {(r["impl"], r["cell"]): r for r in records if r.get("kind") == "measurement"}
+    m = {(r["impl"], r["cell"]): r for r in records if r.get("kind") == "measurement" and not r.get("process")}
     ln = m["fake.custom", "ln_lstm"]
     assert ln["status"] == "ok" and ln["group"] == "custom" and ln["train_s"] > 0
     assert "forward_s" not in ln and "first_forward_s" not in ln
@@ -300,11 +306,14 @@ def test_custom_cell_table_compares_with_plain_native_and_the_same_impls_plain_c
     res = collect(records)
     rows = {(r["impl"], r["cell"]): r for r in custom_cell_rows(res)}
     assert set(rows) == {("fake.custom", "ln_lstm"), ("fake.custom", "gru_reset_before")}
-    m = {(r["impl"], r["cell"]): r for r in records if r.get("kind") == "measurement"}
+    m = {(r["impl"], r["cell"]): r for r in res.measurements}  # pooled over the two processes
     for cell, family in (("ln_lstm", "lstm"), ("gru_reset_before", "gru")):
         row = rows["fake.custom", cell]
         assert row["family"] == family
-        assert row["train_x_native"] == pytest.approx(m["fake.custom", cell]["train_s"] / m["torch.native", family]["train_s"])
+        # paired with plain nn.LSTM / nn.GRU in each of its two processes
+        assert row["train_x_native"] == pytest.approx(m["fake.custom", cell]["train_ratio"])
+        assert row["train_processes"] == 2 and row["train_ratio_lo"] <= row["train_x_native"] <= row["train_ratio_hi"]
+        assert 1.4 < row["train_x_native"] < 3.0
         assert row["cost_x_plain"] == pytest.approx(m["fake.custom", cell]["train_s"] / m["fake.custom", family]["train_s"])
         assert 1.4 < row["cost_x_plain"] < 3.0  # the fake's custom cells sleep 2x
     assert custom_cell_skips(res) == {"torch.native": ["ln_lstm", "gru_reset_before"]}
@@ -381,13 +390,19 @@ def test_real_end_to_end_quick_run(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "shared.cli", "compare", "--workloads", "quick", "--impls", "torch.native",
          "--cells", "lstm", "--sweeps", "none", "--precisions", "amp_bfloat16,float16", "--repeats", "3",
-         "--out", str(tmp_path), "--no-progress"],
+         "--processes", "2", "--max-processes", "2", "--out", str(tmp_path), "--no-progress"],
         cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = read_records(tmp_path / "results.jsonl")
-    by_dtype = {r["dtype"]: r for r in records if r.get("kind") == "measurement"}
+    by_dtype = {r["dtype"]: r for r in records if r.get("kind") == "measurement" and not r.get("process")}
     amp = by_dtype["amp_bfloat16"]
     assert amp["status"] == "ok" and amp["group"] == "precision" and amp["parity_ok"] is True, amp
+    assert amp["baseline"] == "torch.native" and len(amp["train_pairs"]) >= 3  # paired with float32 nn.LSTM
+    assert [r["process"] for r in records if r.get("kind") == "measurement" and r["dtype"] == "amp_bfloat16"] == [0, 1]
+    assert [r["compile_cache"] for r in records if r.get("kind") == "measurement" and r["dtype"] == "float32"] == \
+        ["cold", "warm"]
+    report = (tmp_path / "report.md").read_text()
+    assert report.index("## The answer") < report.index("## Machine")
     assert amp["kernel_isa"]
     if precision.device_reason("float16", "cpu"):
         assert by_dtype["float16"]["status"] == "skipped" and "float16 on cpu" in by_dtype["float16"]["reason"]
@@ -497,6 +512,38 @@ def test_what_to_use_is_computed_from_the_rows_and_names_what_flips_it():
     assert best["S2", "inference"]["best_torch"] == "torch.native"
     assert flips == ["lstm training: torch.native on S1, jax.bptt on S2",
                      "lstm inference: torch.native on S1, jax.bptt on S2"]
+
+
+def test_what_to_use_calls_a_tie_when_intervals_overlap_and_flips_only_on_clear_winners():
+    from shared.study.table import what_to_use, what_to_use_markdown
+
+    wl = workloads.resolve("quick")[0].to_dict()
+    common = dict(kind="measurement", run_id="r1", group="main", cell="lstm", device="cpu", dtype="float32",
+                  status="ok", workload=wl, forward_iqr_s=0.0, train_iqr_s=0.0, first_train_s=1.0,
+                  first_forward_s=0.5)
+    recs = [dict(kind="meta", run_id="r1", machine={})]
+
+    def add(w, impl, fw, ratio, lo, hi):
+        rec = dict(common, key=f"{w}{impl}", workload_name=w, impl=impl, framework=fw, forward_s=ratio,
+                   train_s=2 * ratio)
+        if impl != "torch.native":
+            rec.update(forward_ratio=ratio, forward_ratio_lo=lo, forward_ratio_hi=hi, train_ratio=ratio,
+                       train_ratio_lo=lo, train_ratio_hi=hi)
+        recs.append(rec)
+
+    add("S1", "torch.native", "torch", 1.0, None, None)
+    add("S1", "jax.bptt", "jax", 0.97, 0.94, 1.02)  # overlaps 1: a tie
+    add("S1", "torch.bptt", "torch", 1.20, 1.15, 1.25)
+    add("S2", "torch.native", "torch", 1.0, None, None)
+    add("S2", "jax.bptt", "jax", 0.60, 0.55, 0.66)  # a clear winner
+    rows, flips = what_to_use(collect(recs))
+    best = {(r["workload"], r["mode"]): r for r in rows}
+    assert best["S1", "training"]["best"] == "jax.bptt" and best["S1", "training"]["tied"] == ["torch.native"]
+    assert best["S2", "training"]["best"] == "jax.bptt" and best["S2", "training"]["tied"] == []
+    assert best["S1", "training"]["jax_vs_torch"] == "=" and best["S2", "training"]["jax_vs_torch"] == "<"
+    assert flips == []  # S1 is a tie, so nothing flips between S1 and S2
+    table = what_to_use_markdown(rows)
+    assert "tie within noise: jax.bptt ≈ torch.native" in table and "0.60x [0.55, 0.66]" in table
 
 
 def test_the_realistic_workload_is_a_packed_two_layer_bidirectional_batch():

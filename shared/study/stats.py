@@ -1,0 +1,90 @@
+"""Ratios with an uncertainty: paired samples within a process, pooled over processes.
+
+The study times a rung and its baseline (float32 nn.LSTM / nn.GRU) alternately in one process:
+pair i is (rung time, baseline time) of two adjacent calls, so drift that moves both (another
+process waking up, the CPU clocking down) cancels in their ratio.  It cannot cancel what
+differs between processes: a whole process lands in a slow or a fast state (memory placement,
+which core the threads got, a compile that went another way) and the state of one rung moves
+independently of its baseline's.  So the unit of replication is the process, and the interval
+comes from several of them.
+
+Estimator, per ratio:
+
+- per process: the median of its pairwise ratios (robust to a few disturbed pairs; unlike the
+  minimum it does not reward a lucky call, and unlike the mean it ignores a pair hit by a burst);
+- pooled: the geometric mean of the per-process medians (every process weighs the same; a
+  ratio's scale is multiplicative, so 0.5x and 2x are equally far from 1x);
+- interval: a two-level (hierarchical) percentile bootstrap, processes with replacement and,
+  within each, its pairs with replacement, recomputing the estimator each time; 95% by default.
+
+With a single process the interval only covers noise within it; it is reported with its
+process count, and the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+CONFIDENCE = 0.95
+BOOTSTRAP = 2000
+TARGET_HALF_WIDTH = 0.03  # an interval within +-3% of its ratio is tight
+
+
+def pair_ratios(pairs) -> list[float]:
+    """Candidate over baseline for every (candidate_s, baseline_s) pair with a positive baseline."""
+    return [c / b for c, b in pairs if b and b > 0 and c is not None]
+
+
+def process_ratio(pairs) -> float | None:
+    """The estimate of one process: the median of its pairwise ratios."""
+    ratios = pair_ratios(pairs)
+    return statistics.median(ratios) if ratios else None
+
+
+def _geomean(values) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def pooled_ratio(processes, *, confidence: float = CONFIDENCE, n_boot: int = BOOTSTRAP, seed: int = 0) -> dict | None:
+    """The ratio of several processes' paired samples, with its bootstrap interval.
+
+    `processes`: one list of (candidate_s, baseline_s) pairs per process.  Returns
+    {"ratio", "lo", "hi", "half_width" (the larger side, relative to the ratio), "processes",
+    "pairs", "per_process"} or None when no process has a pair.
+    """
+    ratios = [pair_ratios(p) for p in processes]
+    ratios = [r for r in ratios if r]
+    if not ratios:
+        return None
+    per_process = [statistics.median(r) for r in ratios]
+    estimate = _geomean(per_process)
+    rng = random.Random(seed)
+    boot = []
+    for _ in range(n_boot):
+        chosen = [ratios[rng.randrange(len(ratios))] for _ in ratios]
+        boot.append(_geomean([statistics.median(rng.choices(r, k=len(r))) for r in chosen]))
+    boot.sort()
+    tail = (1 - confidence) / 2
+    lo = boot[int(math.floor(tail * (n_boot - 1)))]
+    hi = boot[int(math.ceil((1 - tail) * (n_boot - 1)))]
+    lo, hi = min(lo, estimate), max(hi, estimate)
+    return dict(ratio=estimate, lo=lo, hi=hi, half_width=max(estimate - lo, hi - estimate) / estimate,
+                processes=len(ratios), pairs=sum(len(r) for r in ratios), per_process=per_process)
+
+
+def is_tight(summary: dict | None, target: float = TARGET_HALF_WIDTH) -> bool:
+    return bool(summary) and summary["processes"] >= 2 and summary["half_width"] <= target
+
+
+def compare(a: dict | None, b: dict | None) -> str | None:
+    """"<" when a's interval lies wholly below b's, ">" when wholly above, "=" when they overlap (a tie
+    within noise); None when either has no interval (records measured without pairs)."""
+    if not a or not b or a.get("lo") is None or b.get("lo") is None:
+        return None
+    if a["hi"] < b["lo"]:
+        return "<"
+    if a["lo"] > b["hi"]:
+        return ">"
+    return "="
