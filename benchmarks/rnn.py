@@ -6,7 +6,11 @@ Suites (parametrized over implementation x cell x workload x dtype):
 - `Memory.peakmem_train_step`: peak RSS of a process that built the workload and ran a
   train step;
 - `RatioToNative.track_train_ratio`: fwd+bwd time over float32 nn.LSTM / nn.GRU of the same
-  workload, both timed alternately in one process (robust to machine noise);
+  workload, both timed side by side in one process (robust to machine noise), many paired
+  samples per process that asv's statistics compare;
+- `PairedRatio.track_train_ratio`: the regression gate's benchmark (`make bench-compare`):
+  the same samples on the gate's own workloads, whatever the profile: the quick one (Python
+  overhead is nearly all of a step) and M50 (T=50,B=32,I=H=256, where the GEMMs dominate);
 - `RoofFraction.track_train_roof_fraction`: the same process's fwd+bwd time against its own
   framework's GEMM roof (torch's libraries for torch rungs, XLA's for JAX rungs), the GEMM
   rates measured in setup (`shared.study.worker.roof_rows`, `shared.study.table.derive_roof`);
@@ -38,6 +42,8 @@ synchronizes the device (the Workload protocol), so times are device-complete.
 
 from __future__ import annotations
 
+import gc
+import math
 import os
 import statistics
 import time
@@ -47,7 +53,7 @@ from shared import registry
 from shared.cell_modules import import_cell_modules
 from shared.cells import CELL_DEFS, STANDARD_CELLS, get_cell
 from shared.study.threads import DEFAULT_THREADS, pin_threads
-from shared.study.workloads import profile_from_env
+from shared.study.workloads import QUICK, Workload, profile_from_env
 
 PROFILE, WORKLOADS = profile_from_env()
 DEVICE = os.environ.get("RNNBENCH_DEVICE") or ("cuda" if PROFILE == "gpu" else "cpu")
@@ -61,7 +67,12 @@ DTYPES = [d.strip() for d in os.environ.get("RNNBENCH_DTYPES", DEFAULT_DTYPES.ge
 pin_threads(THREADS)  # before torch / jax are imported (they are, lazily, in setup)
 import_cell_modules()  # users' own cells (after pinning: a cell module may import a framework)
 
+# The regression gate's workloads (PairedRatio), whatever the profile: the quick one (Python
+# overhead is nearly all of a step) and a mid-size one whose GEMMs dominate the step, so a
+# slower GEMM path shows too.
+GATE_WORKLOADS = [QUICK[0], Workload("M50", seq_len=50, batch=32, input_size=256, hidden_size=256)]
 _BY_NAME = {w.name: w for w in WORKLOADS}
+_BUILDABLE = {**{w.name: w for w in GATE_WORKLOADS}, **_BY_NAME}  # what _build accepts
 PARAMS = [registry.names(), list(CELL_DEFS), list(_BY_NAME), DTYPES]
 PARAM_NAMES = ["impl", "cell", "workload", "dtype"]
 
@@ -69,7 +80,7 @@ PARAM_NAMES = ["impl", "cell", "workload", "dtype"]
 def _check(impl: str, cell: str, workload: str, dtype: str):
     """The adapter, or NotImplementedError (asv: skipped) saying why it cannot run."""
     row = registry.get(impl)
-    w = _BY_NAME[workload]
+    w = _BUILDABLE[workload]
     spec = w.spec(cell)
     reason = (row.unsupported_reason(spec, lengths=w.packed, dtype=dtype, device=DEVICE)
               or row.unavailable_reason(DEVICE))
@@ -98,6 +109,45 @@ def _median_train_seconds(workload, calls: int) -> float:
         workload.train_step()
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples)
+
+
+def paired_ratio_samples(rung, native, *, samples: int = 40, min_samples: int = 10, seconds: float = 2.0,
+                         block_s: float = 0.02, settle_s: float = 0.002) -> list[float]:
+    """Ratios rung / native of train-step times taken side by side.
+
+    Each sample times a block of k calls of one side and then k calls of the other, the
+    order alternating from sample to sample (so a drift within a sample favours neither);
+    k makes a block of the faster side last about `block_s` (1 for steps longer than that).
+    Before each block the process sleeps `settle_s`, untimed, so the other framework's
+    intra-op threads, which spin for a while after their work, are asleep before this
+    side's block starts (a jax rung and nn.LSTM run in one process).  `samples` samples, or
+    fewer (at least `min_samples`) once `seconds` have passed.  Python's garbage collector
+    is off while timing, as in asv's timing benchmarks."""
+
+    def block(wl, k):
+        time.sleep(settle_s)
+        t0 = time.perf_counter()
+        for _ in range(k):
+            wl.train_step()
+        return time.perf_counter() - t0
+
+    fastest = min(min(block(rung, 1), block(native, 1)) for _ in range(3))
+    k = max(1, math.ceil(block_s / max(fastest, 1e-6)))
+    out: list[float] = []
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        while len(out) < samples and (len(out) < min_samples or time.perf_counter() - start < seconds):
+            if len(out) % 2:
+                t_rung, t_native = block(rung, k), block(native, k)
+            else:
+                t_native, t_rung = block(native, k), block(rung, k)
+            out.append(t_rung / t_native)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return out
 
 
 @lru_cache(maxsize=1)  # one parameter combination per benchmark process
@@ -132,16 +182,20 @@ class RNN:
 
 class RatioToNative:
     """Forward+backward time over float32 `torch.native` (nn.LSTM / nn.GRU, the cell's family)
-    on the same workload, both built in this process and timed alternately: machine noise
-    that moves absolute times by tens of percent between runs moves both sides together.
-    The gate (`make bench-compare`) judges these before the absolute times."""
+    on the same workload, both built in this process and timed side by side
+    (`paired_ratio_samples`): machine noise that moves absolute times by tens of percent
+    between runs moves both sides together.
+
+    Each process returns its paired ratios as timing samples (``{"samples": [...],
+    "number": 1}``, the form asv 0.6's runner reads from a time_ benchmark): asv appends the
+    samples of every round (a fresh process each), records their median with a 99%
+    confidence interval, and `asv compare` / `asv continuous` call a change only when a
+    Mann-Whitney U test on the two commits' samples finds them different and the medians
+    differ by more than the factor."""
 
     params = PARAMS
     param_names = PARAM_NAMES
     timeout = 600
-    repeat = 1
-    number = 1
-    pairs = 7  # alternate calls per side
 
     def setup(self, impl, cell, workload, dtype):
         if impl == "torch.native" and dtype == "float32" and cell in STANDARD_CELLS:
@@ -150,15 +204,19 @@ class RatioToNative:
         self.native = _build("torch.native", get_cell(cell).family, workload, "float32")
 
     def track_train_ratio(self, impl, cell, workload, dtype):
-        times = {"rung": [], "native": []}
-        for _ in range(self.pairs):
-            for side, wl in (("native", self.native), ("rung", self.rung)):
-                t0 = time.perf_counter()
-                wl.train_step()
-                times[side].append(time.perf_counter() - t0)
-        return statistics.median(times["rung"]) / statistics.median(times["native"])
+        return {"samples": paired_ratio_samples(self.rung, self.native), "number": 1}
 
     track_train_ratio.unit = "x float32 nn.LSTM/nn.GRU"
+
+
+class PairedRatio(RatioToNative):
+    """The regression gate's benchmark (`make bench-compare`): `RatioToNative`'s paired
+    samples on the gate's own workloads (`GATE_WORKLOADS`), whatever the profile; the gate
+    runs it in several processes per commit (asv rounds, interleaved between the two
+    commits).  docs/asv.md, "The regression gate", says why."""
+
+    params = [registry.names(), list(CELL_DEFS), [w.name for w in GATE_WORKLOADS], DTYPES]
+    rounds = 1  # scripts/bench_compare.sh runs ROUNDS of them
 
 
 class RoofFraction:

@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# The asv regression gate: `asv continuous BASE HEAD` on one profile; exits non-zero, with
-# asv's table, when a benchmark got slower than FACTOR or failed at HEAD.
+# The asv regression gate: `asv continuous BASE HEAD`; exits non-zero, with asv's table, when
+# a benchmark got slower at HEAD (asv's Mann-Whitney U test on the two commits' samples says
+# they differ, and the medians differ by more than FACTOR) or failed at HEAD.
 #
 #   scripts/bench_compare.sh BASE [HEAD]          (make bench-compare BASE=<rev> [HEAD=<rev>])
 #
-# Environment: FACTOR (default 1.5: above the 1.36 max/min of the ratio benchmarks over four
-# runs of one commit, scripts/gate_noise.py; docs/asv.md), BENCH (asv's -b regex; default the
-# same-process ratio benchmarks, whose spread is smaller than the absolute times' 1.53), RNNBENCH_PROFILE (default quick), RNNBENCH_DTYPES (default
-# float32), ASV (default the venv's asv).  asv builds one virtualenv from the pinned
-# requirements (the first run takes minutes) and installs each commit into it.
+# Environment (docs/asv.md, "The regression gate"):
+#   BENCH   asv's -b regex; default the gate set: PairedRatio.track_train_ratio (paired
+#           rung/nn.LSTM train-step ratios, many samples per process) of the LSTM for
+#           torch.eager, torch.jit, torch.bptt, torch.cell_loop, jax.scan and jax.bptt, on the
+#           quick workload and M50 (T=50,B=32,I=H=256, where the GEMMs dominate)
+#   FACTOR  smallest change of the median called a change (default 1.06)
+#   ROUNDS  processes per commit and benchmark, interleaved between the commits (default 3)
+#   RNNBENCH_THREADS  intra-op threads (default 1: a parallel region of two threads on two
+#           cores stalls whenever another process takes a core; one thread only shares time)
+#   RNNBENCH_PROFILE (default quick), RNNBENCH_DTYPES (default float32), ASV (default the venv's asv)
+# scripts/gate_power.py measures how often this catches a planted slowdown and how often it
+# fails an unchanged commit.  asv builds one virtualenv from the pinned requirements (the
+# first run takes minutes) and installs each commit into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE="${1:-}"
 HEAD="${2:-HEAD}"
 ASV="${ASV:-.venv/bin/python -m asv}"
-FACTOR="${FACTOR:-1.5}"
-BENCH="${BENCH:-RatioToNative.track_train_ratio}"
+FACTOR="${FACTOR:-1.06}"
+ROUNDS="${ROUNDS:-3}"
+GATE_SET="PairedRatio\\.track_train_ratio\\('(torch\\.(eager|jit|bptt|cell_loop)|jax\\.(scan|bptt))', 'lstm'"
+BENCH="${BENCH:-$GATE_SET}"
 die() { echo "bench-compare: $*" >&2; exit 2; }
 
 [ -n "$BASE" ] || die "BASE is required: make bench-compare BASE=<rev> [HEAD=<rev>], e.g. BASE=main~1 or BASE=origin/main"
@@ -30,14 +41,18 @@ fi
     || die "BASE and HEAD are the same commit ($(git rev-parse --short "$HEAD")): nothing to compare"
 
 $ASV machine --yes >/dev/null
-echo "bench-compare: $BASE..$HEAD, factor $FACTOR, benchmarks /$BENCH/, profile ${RNNBENCH_PROFILE:-quick}"
-# --interleave-rounds alternates the two commits' processes.  A benchmark that crashes is
+export RNNBENCH_PROFILE="${RNNBENCH_PROFILE:-quick}" RNNBENCH_DTYPES="${RNNBENCH_DTYPES:-float32}" \
+    RNNBENCH_THREADS="${RNNBENCH_THREADS:-1}"
+echo "bench-compare: $BASE..$HEAD, factor $FACTOR, $ROUNDS rounds, benchmarks /$BENCH/," \
+     "profile $RNNBENCH_PROFILE, dtypes $RNNBENCH_DTYPES, $RNNBENCH_THREADS thread(s)"
+started=$(date +%s)
+# --interleave-rounds alternates the two commits' processes, which commit goes first changing
+# from round to round, so a slow spell of the machine falls on both.  A benchmark that crashes is
 # recorded as failed for that commit and the others still run, but asv continuous then stops
 # before its comparison: the comparison of what ran is made here with asv compare.
 log=$(mktemp); trap 'rm -f "$log"' EXIT
 set +e
-RNNBENCH_PROFILE="${RNNBENCH_PROFILE:-quick}" RNNBENCH_DTYPES="${RNNBENCH_DTYPES:-float32}" \
-    $ASV continuous --factor "$FACTOR" --split --interleave-rounds -a rounds=2 --show-stderr \
+$ASV continuous --factor "$FACTOR" --split --interleave-rounds -a rounds="$ROUNDS" --show-stderr \
     -b "$BENCH" "$BASE" "$HEAD" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 if [ "$status" != 0 ] && ! grep -q "BENCHMARKS NOT SIGNIFICANTLY CHANGED\|PERFORMANCE DECREASED\|PERFORMANCE INCREASED" "$log"; then
@@ -67,4 +82,5 @@ elif [ "$check" = 1 ]; then
     echo "bench-compare: not compared (no result at BASE $BASE; they failed or did not exist there):" >&2
     echo "$missing" | sed 's/^/  /' >&2
 fi
+echo "bench-compare: done in $(( $(date +%s) - started )) s"
 exit $status

@@ -1,55 +1,112 @@
-"""How much the gate's benchmarks move between runs of the same commit: the basis of its factor.
+"""How much the gate's benchmark moves between processes of one commit: what its rounds and factor rest on.
 
-    python scripts/gate_noise.py [runs] [impls]      (docs/asv.md quotes it; run it alone)
+    python scripts/gate_noise.py [--processes N] [--impls A,B] [--workloads quick,M50] [--cell lstm]
+                                 [--out docs/records/gate_noise.json]
 
-Each run is a fresh process (as asv's are) on the quick profile: per implementation the
-train-step median (`RNN.time_train_step`'s measure) and `RatioToNative.track_train_ratio`.
-Prints, per benchmark, the largest over smallest value across runs.
+Runs `PairedRatio.track_train_ratio` (benchmarks/rnn.py) as asv does, in N fresh processes
+per implementation and workload (one commit, the working tree), and reports per benchmark:
+the median of each process's paired-ratio samples, the largest over smallest of those
+process medians, and the spread that matters to the gate: the median of the first half of
+the processes' pooled samples over that of the second half (what a same-commit gate run
+with N/2 rounds per side would see, without asv's install steps between rounds).
+
+Run it alone on the machine (its timings are the result); it takes about N x (2-6 s) per
+benchmark.  With --out it writes the per-process samples and the summary as JSON.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import platform
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ONE_RUN = """
-import json, statistics, sys, time
+ONE_PROCESS = """
+import json, sys
 import benchmarks.rnn as b
-out = {}
-for impl in sys.argv[1].split(","):
-    wl = b._build(impl, "lstm", "quick", "float32")
-    samples = []
-    for _ in range(10):
-        t = time.perf_counter(); wl.train_step(); samples.append(time.perf_counter() - t)
-    r = b.RatioToNative(); r.setup(impl, "lstm", "quick", "float32")
-    out[impl] = {"time_train_step": statistics.median(samples),
-                 "track_train_ratio": r.track_train_ratio(impl, "lstm", "quick", "float32")}
-print(json.dumps(out))
+impl, cell, workload = sys.argv[1:4]
+r = b.PairedRatio()
+try:
+    r.setup(impl, cell, workload, "float32")
+except NotImplementedError as e:
+    print(json.dumps({"skipped": str(e)})); sys.exit(0)
+print(json.dumps(r.track_train_ratio(impl, cell, workload, "float32")))
 """
+DEFAULT_IMPLS = "torch.eager,torch.jit,torch.bptt,jax.scan,jax.bptt"
 
 
-def main(argv: list[str]) -> int:
-    runs = int(argv[0]) if argv else 3
-    impls = argv[1] if len(argv) > 1 else "torch.eager,torch.jit,torch.bptt,torch.cell_loop,jax.scan,jax.bptt"
-    env = dict(os.environ, RNNBENCH_PROFILE="quick", PYTHONPATH=str(ROOT))
-    results = []
-    for k in range(runs):
-        proc = subprocess.run([sys.executable, "-c", ONE_RUN, impls], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=600, check=True)
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(f"run {k + 1}: done", file=sys.stderr)
-    print(f"{'implementation':18s} {'benchmark':18s} " + " ".join(f"run {k + 1:<6d}" for k in range(runs)) + " max/min")
-    for impl in results[0]:
-        for bench in ("time_train_step", "track_train_ratio"):
-            values = [r[impl][bench] for r in results]
-            shown = " ".join(f"{v * 1e3 if bench.startswith('time') else v:10.3g}" for v in values)
-            print(f"{impl:18s} {bench:18s} {shown} {max(values) / min(values):7.2f}")
+def one_process(impl: str, cell: str, workload: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RNNBENCH_DTYPES="float32")
+    proc = subprocess.run([sys.executable, "-c", ONE_PROCESS, impl, cell, workload], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{impl} {cell} {workload}: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def summarize(per_process: list[list[float]]) -> dict:
+    medians = [statistics.median(s) for s in per_process]
+    half = len(per_process) // 2
+    first = [x for s in per_process[:half] for x in s]
+    second = [x for s in per_process[half:2 * half] for x in s]
+    out = {"process_medians": medians, "samples_per_process": [len(s) for s in per_process],
+           "max_over_min": max(medians) / min(medians)}
+    if half:
+        out["halves_ratio"] = statistics.median(second) / statistics.median(first)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=6)
+    ap.add_argument("--impls", default=DEFAULT_IMPLS)
+    ap.add_argument("--workloads", default="quick,M50")
+    ap.add_argument("--cell", default="lstm")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    started = time.time()
+    runs: dict[str, list[list[float]]] = {}
+    for k in range(args.processes):  # round-robin over benchmarks, as asv's rounds are
+        for workload in args.workloads.split(","):
+            for impl in args.impls.split(","):
+                key = f"{impl} {args.cell} {workload}"
+                rec = one_process(impl, args.cell, workload)
+                if "skipped" in rec:
+                    print(f"{key}: skipped ({rec['skipped']})", file=sys.stderr)
+                    continue
+                runs.setdefault(key, []).append(rec["samples"])
+        print(f"process {k + 1}/{args.processes} of each benchmark done", file=sys.stderr)
+    summary = {key: summarize(v) for key, v in runs.items()}
+    print(f"{'benchmark':32s} {'process medians':>48s} {'max/min':>8s} {'halves':>7s}")
+    for key, s in summary.items():
+        meds = " ".join(f"{m:.3g}" for m in s["process_medians"])
+        print(f"{key:32s} {meds:>48s} {s['max_over_min']:8.3f} {s.get('halves_ratio', float('nan')):7.3f}")
+    if args.out:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        record = {"script": "scripts/gate_noise.py", "argv": sys.argv[1:], "commit": commit,
+                  "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform()},
+                  "seconds": round(time.time() - started, 1), "benchmarks": summary,
+                  "samples": runs}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

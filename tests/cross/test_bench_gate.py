@@ -1,11 +1,14 @@
 """The asv gate (`make bench-compare`, scripts/bench_compare.sh) catches a planted regression.
 
-In a throw-away clone: a commit that sleeps 20 ms in the eager rung's direction function
-must be reported (exactly that benchmark slower) and fail the gate; a commit that changes
-nothing measured must pass it; the history those runs recorded, published, renders in headless
-Chromium with points from both commits (skipped where no browser or Playwright is installed).  asv builds its virtualenv from the pinned requirements in
-the clone (pip's cache makes it a minute) and runs one benchmark per rung: about 3 minutes
-in all, so this runs once, small.
+In a throw-away clone: a commit that makes the eager rung's train step 25% slower (a busy
+wait of a quarter of each step's own time, `scripts/gate_power.py`'s `plant_slowdown`) must
+be reported (exactly eager's gate benchmarks slower, on the quick workload and on M50) and
+fail the gate, with the gate's default factor and rounds; a commit that changes nothing
+measured must pass it; the history those runs recorded, published, renders in headless
+Chromium with points from both commits (skipped where no browser or Playwright is
+installed).  asv builds its virtualenv from the pinned requirements in the clone (pip's
+cache makes it a minute).  How often the gate catches a 10% slowdown, and how often it
+fails an unchanged commit, is `scripts/gate_power.py`'s to measure, not this test's.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +27,12 @@ ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("asv_browser", ROOT / "scripts" / "asv_browser.py")
 asv_browser = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(asv_browser)
-BENCH = r"RatioToNative.track_train_ratio\('torch.(eager|jit)', 'lstm', 'quick', 'float32'\)"
+_spec = importlib.util.spec_from_file_location("gate_power", ROOT / "scripts" / "gate_power.py")
+gate_power = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gate_power)
+# eager on both gate workloads (the planted rung), jit on the quick one (must stay put)
+BENCH = r"PairedRatio\.track_train_ratio\('torch\.(eager', 'lstm', '(quick|M50)|jit', 'lstm', 'quick)'"
+EAGER = "rnn.PairedRatio.track_train_ratio('torch.eager', 'lstm', '{}', 'float32')"
 
 pytestmark = pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None,
                                 reason="the gate benchmarks commits: needs git and this repository's history")
@@ -35,8 +42,8 @@ def _git(clone: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=clone, check=True, capture_output=True, text=True).stdout
 
 
-def _gate(clone: Path, base: str, head: str, home: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HOME=str(home), BENCH=BENCH, ASV=f"{sys.executable} -m asv")
+def _gate(clone: Path, base: str, head: str, home: Path, bench: str = BENCH, **extra) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HOME=str(home), BENCH=bench, ASV=f"{sys.executable} -m asv", **extra)
     return subprocess.run(["bash", "scripts/bench_compare.sh", base, head], cwd=clone, env=env, capture_output=True,
                           text=True, timeout=900)
 
@@ -61,18 +68,15 @@ def test_dirty_tree_and_unknown_revision_are_refused(clone, tmp_path):
 
 def test_the_gate_fails_on_a_planted_slowdown_and_passes_an_unchanged_commit(clone, tmp_path):
     base = _git(clone, "rev-parse", "HEAD").strip()
-    eager = clone / "torch_impl" / "backends" / "eager.py"
-    text = eager.read_text()
-    start = text.index("def run_direction(")
-    body = text.index(":\n", start) + 2
-    eager.write_text(text[:body] + "    import time; time.sleep(0.02)  # planted slowdown\n" + text[body:])
-    _git(clone, "commit", "-qam", "planted slowdown")
+    gate_power.plant_slowdown(clone, "torch.eager", 0.25)
     slow = _gate(clone, base, "HEAD", tmp_path)
     out = slow.stdout + slow.stderr
-    assert slow.returncode != 0, out
-    changed = re.findall(r"^\|\s*\+\s*\|.*\| (rnn\.\S+\(.*\)) \|$", out, re.M)
-    assert changed == ["rnn.RatioToNative.track_train_ratio('torch.eager', 'lstm', 'quick', 'float32')"], out
+    assert slow.returncode == 1, out
+    slower = sorted(r["benchmark"] for r in gate_power.slower_rows(out))
+    assert slower == [EAGER.format("M50"), EAGER.format("quick")], out
     assert "PERFORMANCE DECREASED" in out
+    for row in gate_power.slower_rows(out):  # asv's median ratio, near the planted 1.25
+        assert 1.1 < float(row["ratio"]) < 1.5, row
 
     _git(clone, "reset", "-q", "--hard", base)
     (clone / "docs" / "asv.md").write_text((clone / "docs" / "asv.md").read_text() + "\n")
@@ -91,7 +95,7 @@ def test_the_gate_fails_on_a_planted_slowdown_and_passes_an_unchanged_commit(clo
     why = asv_browser.missing()
     if why:
         pytest.skip(f"the site is published, but it cannot be opened here: {why}")
-    got = asv_browser.check_site(clone / ".asv" / "html", "rnn.RatioToNative.track_train_ratio",
+    got = asv_browser.check_site(clone / ".asv" / "html", "rnn.PairedRatio.track_train_ratio",
                                  screenshot=tmp_path / "asv-site.png")
     assert got["commits"] >= 2 and (tmp_path / "asv-site.png").stat().st_size > 10_000, got
 
@@ -109,11 +113,12 @@ def test_a_benchmark_that_crashes_at_base_is_reported_and_the_rest_are_compared(
     _plant(clone, "    raise RuntimeError('planted crash')\n", "planted crash")
     crashed = _git(clone, "rev-parse", "HEAD").strip()
     _git(clone, "revert", "--no-edit", "HEAD")
-    proc = _gate(clone, crashed, "HEAD", tmp_path)
+    quick = r"PairedRatio\.track_train_ratio\('torch\.(eager|jit)', 'lstm', 'quick'"
+    proc = _gate(clone, crashed, "HEAD", tmp_path, bench=quick, ROUNDS="2")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out  # jit compared and unchanged; eager not comparable, said
     assert "not compared (no result at BASE" in proc.stderr, out
-    assert "rnn.RatioToNative.track_train_ratio('torch.eager', 'lstm', 'quick', 'float32')" in proc.stderr
+    assert EAGER.format("quick") in proc.stderr
     assert "track_train_ratio('torch.jit'" not in proc.stderr.split("not compared")[1]
 
 
@@ -124,7 +129,7 @@ def test_no_previous_results_is_an_error_that_says_what_to_do(clone, tmp_path):
     base, head = (_git(clone, "rev-parse", r).strip() for r in ("HEAD~1", "HEAD"))
     results = clone / ".asv" / "results" / "box"
     results.mkdir(parents=True, exist_ok=True)
-    entry = lambda v: {"results": {"rnn.RatioToNative.track_train_ratio": [[v], [["'torch.eager'"]]]}}  # noqa: E731
+    entry = lambda v: {"results": {"rnn.PairedRatio.track_train_ratio": [[v], [["'torch.eager'"]]]}}  # noqa: E731
     (results / f"{base[:8]}-env.json").write_text(json.dumps(entry(None)))
     (results / f"{head[:8]}-env.json").write_text(json.dumps(entry(2.5)))
     env = dict(os.environ, HOME=str(tmp_path), ASV="true")
@@ -132,4 +137,4 @@ def test_no_previous_results_is_an_error_that_says_what_to_do(clone, tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no previous results" in proc.stderr and "choose a BASE where they run" in proc.stderr
-    assert "no result at BASE: rnn.RatioToNative.track_train_ratio('torch.eager')" in proc.stderr
+    assert "no result at BASE: rnn.PairedRatio.track_train_ratio('torch.eager')" in proc.stderr
