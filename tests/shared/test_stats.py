@@ -69,3 +69,24 @@ def test_time_pairs_alternates_order_and_respects_its_limits():
     assert len(pairs) == 4 and calls == ["b", "c", "c", "b", "b", "c", "c", "b"]
     assert all(c >= 0 and b >= 0 for c, b in pairs)
     assert len(time_pairs(lambda: None, lambda: None, budget_s=10.0, min_pairs=2, max_pairs=6)) == 6
+
+
+def test_reproducibility_summary_counts_spread_and_values_inside_the_other_runs_intervals():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "reproducibility.py"
+    spec = importlib.util.spec_from_file_location("reproducibility", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    runs = [{"a": dict(ratio=1.00, lo=0.97, hi=1.03), "b": dict(ratio=1.5, lo=1.45, hi=1.55)},
+            {"a": dict(ratio=1.02, lo=0.99, hi=1.05), "b": dict(ratio=2.0, lo=1.9, hi=2.1)},
+            {"a": dict(ratio=1.01, lo=0.98, hi=1.04)}]
+    s = mod.summarize(runs)
+    assert s["ratios"] == 1 and s["rows"][0]["key"] == "a"  # only ratios every run has
+    assert s["rows"][0]["max_over_min"] == pytest.approx(1.02) and s["within_goal"] == 1
+    assert s["inside_share"] == 1.0
+    s = mod.summarize(runs[:2])
+    b = next(r for r in s["rows"] if r["key"] == "b")
+    assert b["max_over_min"] == pytest.approx(2.0 / 1.5) and b["inside_others"] == 0
+    assert s["within_goal"] == 1 and s["inside_share"] == pytest.approx(0.5)

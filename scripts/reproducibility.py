@@ -1,0 +1,100 @@
+"""Does the study give the same answer twice?  Run it N times in fresh processes and compare.
+
+    python scripts/reproducibility.py --runs 3 --out reports/repro      # each run: S1 and S2, LSTM and GRU
+    python scripts/reproducibility.py --from reports/repro              # re-read runs already made
+
+Each run is `rnnbench compare --profile answer` (S1 and S2, LSTM and GRU, every CPU rung, forward
+and forward+backward, each ratio with its 95% interval) into OUT/run-K.  Then, per ratio, it prints
+the max/min over the runs and how many runs' values lie inside every other run's interval, and
+writes OUT/reproducibility.json.  Goal on a quiet 2-core machine: every ratio within 1.10x
+max/min over 3 runs, and at least 90% of the values inside the other runs' intervals.  Run it
+alone: anything else on the machine is part of what it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from shared.study.runner import read_records  # noqa: E402
+from shared.study.table import collect, table_rows  # noqa: E402
+
+MAX_OVER_MIN = 1.10
+INSIDE_SHARE = 0.90
+
+
+def run_study(out: Path, extra: list[str]) -> None:
+    cmd = [sys.executable, "-m", "shared.cli", "compare", "--profile", "answer", "--out", str(out),
+           "--no-progress", *extra]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, cwd=ROOT, check=True)
+
+
+def ratios(run_dir: Path) -> dict[str, dict]:
+    """(impl cell workload phase) -> {ratio, lo, hi} of one run's float32 main rows."""
+    out = {}
+    for r in table_rows(collect(read_records(run_dir / "results.jsonl"))):
+        if r["group"] != "main" or r["dtype"] != "float32" or r["status"] != "ok" or r["impl"] == "torch.native":
+            continue
+        for phase in ("forward", "train"):
+            if r.get(f"{phase}_x_native") is not None:
+                out[f"{r['impl']} {r['cell']} {r['workload']} {phase}"] = dict(
+                    ratio=r[f"{phase}_x_native"], lo=r.get(f"{phase}_ratio_lo"), hi=r.get(f"{phase}_ratio_hi"))
+    return out
+
+
+def summarize(runs: list[dict[str, dict]]) -> dict:
+    keys = sorted(set.intersection(*(set(r) for r in runs))) if runs else []
+    rows, inside, checked = [], 0, 0
+    for key in keys:
+        values = [r[key] for r in runs]
+        xs = [v["ratio"] for v in values]
+        spread = max(xs) / min(xs)
+        ins = 0
+        for i, v in enumerate(values):  # v inside every other run's interval
+            others = [w for j, w in enumerate(values) if j != i and w["lo"] is not None]
+            ok = all(w["lo"] <= v["ratio"] <= w["hi"] for w in others)
+            ins += ok
+        inside += ins
+        checked += len(values)
+        rows.append(dict(key=key, ratios=xs, max_over_min=spread, inside_others=ins, runs=len(values)))
+    worst = max((r["max_over_min"] for r in rows), default=None)
+    return dict(runs=len(runs), ratios=len(rows), worst_max_over_min=worst,
+                within_goal=sum(r["max_over_min"] <= MAX_OVER_MIN for r in rows),
+                inside_share=inside / checked if checked else None, rows=rows,
+                goal=dict(max_over_min=MAX_OVER_MIN, inside_share=INSIDE_SHARE))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--out", type=Path, default=ROOT / "reports" / "reproducibility")
+    p.add_argument("--from", dest="from_", type=Path, default=None, help="read OUT/run-* made earlier")
+    p.add_argument("extra", nargs="*", help="more `rnnbench compare` options after --, e.g. -- --impls ...")
+    args = p.parse_args(argv)
+    out = args.from_ or args.out
+    if args.from_ is None:
+        for k in range(args.runs):
+            run_study(out / f"run-{k}", args.extra)
+    dirs = sorted(d for d in out.glob("run-*") if (d / "results.jsonl").exists())
+    result = summarize([ratios(d) for d in dirs])
+    for r in result["rows"]:
+        mark = "" if r["max_over_min"] <= MAX_OVER_MIN else "  > goal"
+        print(f"{r['key']:45s} " + " ".join(f"{x:6.2f}" for x in r["ratios"])
+              + f"   max/min {r['max_over_min']:.3f}  inside others {r['inside_others']}/{r['runs']}{mark}")
+    share = result["inside_share"]
+    print(f"\n{result['runs']} runs, {result['ratios']} ratios: {result['within_goal']} within {MAX_OVER_MIN}x "
+          f"max/min (worst {result['worst_max_over_min'] or float('nan'):.3f}); "
+          f"{'n/a' if share is None else f'{share:.0%}'} of values inside every other run's interval")
+    (out / "reproducibility.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
