@@ -303,6 +303,10 @@ def cmd_compare(args) -> int:
     for name, reason in res.unavailable.items():
         console.print(f"[dim]unavailable: {name}: {reason}[/dim]")
     report = write_report(results, command="rnnbench " + " ".join(sys.argv[1:]) if config.argv else None)
+    from rich.markdown import Markdown
+
+    from .report import answer_markdown
+    console.print(Markdown(answer_markdown(res)))  # the answer last: what the screen shows when the run ends
     console.print(f"report: {report}")
     return 0
 

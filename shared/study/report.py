@@ -92,6 +92,11 @@ def _answer_section(res: Results) -> list[str]:
     return lines + _what_to_use_section(res)[2:]
 
 
+def answer_markdown(res: Results) -> str:
+    """The answer section alone (what `rnnbench compare` prints last)."""
+    return "\n".join(_answer_section(res))
+
+
 def _machine_section(res: Results) -> list[str]:
     meta = res.metas[-1] if res.metas else {}
     m = meta.get("machine", {})
@@ -335,8 +340,13 @@ def _what_to_use_section(res: Results) -> list[str]:
              "winner costs on its first call and in memory (peak RSS, and net of the framework's own). Rows "
              "whose times are flagged under Sanity (noise, a forward slower than its forward+backward) do not "
              "compete.", "", what_to_use_markdown(rows), ""]
+    intervals = any(r["best_lo"] is not None and r["best_lo"] != r["best_hi"] for r in rows)
+    if not intervals:
+        lines += ["These records carry no intervals (measured before the paired protocol): a winner by a few "
+                  "percent may be noise, and no tie can be called.", ""]
     if flips:
-        lines += ["The answer changes with the workload (clear winners only):", ""] + [f"- {f}" for f in flips] + [""]
+        lines += ["The answer changes with the workload" + (" (clear winners only):" if intervals else ":"), ""] \
+            + [f"- {f}" for f in flips] + [""]
     else:
         lines += ["No clear winner changes between the workloads of this run, in either mode.", ""]
     return lines
