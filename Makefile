@@ -14,7 +14,7 @@ ASV := $(VENV)/bin/asv
 RANGE ?= HEAD~5..HEAD
 BENCH_ARGS ?=
 
-.PHONY: venv run test ladder parity parity-quick bench bench-quick bench-history bench-compare bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
+.PHONY: venv run test ladder parity parity-quick parity-matrix bench bench-quick bench-history bench-compare bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
 
 venv: $(STAMP)
 
@@ -71,6 +71,11 @@ parity: venv
 
 parity-quick: venv
 	$(PY) -m shared.cli parity --quick
+
+# the full matrix as pytest cells (every rung, vector and dtype), for a scheduled job;
+# IMPLS=jax.scan,torch.compile runs the full matrix of those rungs only (a job per rung)
+parity-matrix: venv
+	RNNBENCH_FULL_MATRIX=$(or $(IMPLS),1) $(PY) -m pytest tests/cross/test_parity_matrix.py $(PYTEST_ARGS)
 
 vectors: venv
 	$(PY) -m shared.vectors
