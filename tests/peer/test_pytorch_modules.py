@@ -26,7 +26,9 @@ stop the others: each test runs all its samples and fails listing every failing 
 
 The only relaxation: backends outside `torch_impl.PROJ_BACKENDS` (naive, cell_loop) do
 not support proj_size; for each proj_size>0 sample the test EXPECTS construction to raise
-`ProjectionNotSupportedError` (a ValueError naming the backend) instead of running it.
+`ProjectionNotSupportedError` (a ValueError naming the backend) instead of running it.  Such
+a sample counts as refused, not as run: a test whose every sample was refused (or that had
+none) fails with "ran no check" (`Samples.check`), so no test passes having checked nothing.
 
 Adapted (TestModule unless noted):
   test_forward, test_factory_kwargs, test_repr, test_save_load (its older name is
@@ -42,20 +44,24 @@ Runtime (2 cores; upstream's full lists take well over 10 minutes here): which s
 runs (see `select`):
   * forward / construction tests (test_forward, test_factory_kwargs, test_repr,
     test_save_load, test_if_train_and_eval_modes_differ, test_errors, test_to,
-    test_to_empty, test_device_ctx_init): the full sample list;
+    test_to_empty, test_device_ctx_init): the full sample list (on naive and cell_loop the
+    proj_size samples check the refusal);
   * tests that run backward passes (test_non_contiguous_tensors, test_memory_format,
     test_grad: up to 21 gradchecks per sample, the total derivative and one partial per
-    parameter): a pairwise-covering subset, i.e. every pair of values of any two of bias,
-    batch_first, bidirectional, proj_size>0, hx-given and train/eval mode appears in some
-    sample, the train and the eval test of a module sharing one cover (7 of the 2x32 LSTM
-    rows, 7 of the 2x16 GRU rows);
+    parameter): a pairwise-covering subset of the samples the backend runs, i.e. every pair
+    of values of any two of bias, batch_first, bidirectional, proj_size>0 (where the backend
+    has it), hx-given and train/eval mode appears in some sample, the train and the eval test
+    of a module sharing one cover (7 of the 2x32 LSTM rows, 7 of the 2x16 GRU rows); a
+    refused sample is never selected there, so it never takes the place of one that runs;
   * test_gradgrad (gradgradcheck, same partials, ~5x dearer): a strength-1 cover (every
-    value of every factor appears; one sample per mode);
+    value of every factor appears) in which, in addition, bias and no bias each appear in
+    both train and eval mode (two samples per mode);
   * the `compile` backend (each new configuration costs a compile; the first one in a
     process ~20 s) runs, in every test, the one sample with the most features on (LSTM: bias,
-    batch_first, bidirectional, proj_size=2, hx given; GRU: the same without proj_size), so
-    that its few configurations compile once and are reused.
-The nn control runs exactly what every other backend runs.  Set RNNBENCH_PEER_FULL=1 to run
+    batch_first, bidirectional, proj_size=2, hx given; GRU: the same without proj_size), and
+    in test_gradgrad also the richest one without biases, so that its few configurations
+    compile once and are reused.
+The nn control runs what the backends with proj_size run.  Set RNNBENCH_PEER_FULL=1 to run
 the full sample lists everywhere (upstream's coverage).
 
 Run: .venv/bin/python -m pytest tests/peer/test_pytorch_modules.py -q
@@ -165,19 +171,22 @@ def _factors(module_input):
             kw.get("proj_size", 0) > 0, len(fwd) > 1)
 
 
-def covering_subset(samples, strength, this=(), others=((),)):
+def covering_subset(samples, strength, this=(), others=((),), pairs=()):
     """A deterministic subset covering every `strength`-tuple of factor values the full list covers.
 
     strength=2: every pair of values of any two factors (pairwise); strength=1: every value of
     every factor.  `others` lists the parametrisations that share one cover (tuples of extra
     factors, e.g. (training, dtype) for each train/eval mode and dtype a test is instantiated
     for); the cover is computed over every (sample, extra) row and the rows of `this` one
-    returned.  Greedy: repeatedly take the first row covering the most tuples not yet covered.
+    returned.  `pairs`: (i, j) index pairs of factors (the extra ones come after the five of
+    `_factors`) whose every pair of values must be covered as well, whatever `strength` is.
+    Greedy: repeatedly take the first row covering the most tuples not yet covered.
     """
     rows = [((i, extra), _factors(s) + tuple(extra)) for extra in others for i, s in enumerate(samples)]
 
     def tuples(f):
-        return {tuple((a, f[a]) for a in idx) for idx in combinations(range(len(f)), strength)}
+        return ({tuple((a, f[a]) for a in idx) for idx in combinations(range(len(f)), strength)}
+                | {((a, f[a]), (b, f[b])) for a, b in pairs})
 
     todo = set().union(*(tuples(f) for _, f in rows)) if rows else set()
     order = {key: n for n, (key, _) in enumerate(rows)}
@@ -193,8 +202,15 @@ def covering_subset(samples, strength, this=(), others=((),)):
 TIERS = {
     "forward": None,   # forward / construction only: cheap
     "backward": 2,     # runs backward passes (non-contiguous, memory format, gradcheck): pairwise
-    "gradgrad": 1,     # gradgradcheck, one partial per parameter: each factor value once
+    "gradgrad": 1,     # gradgradcheck, one partial per parameter: each factor value once ...
 }
+BIAS, MODE = 0, 5  # indexes of bias in `_factors` and of the train/eval mode after them
+PAIRS = {"gradgrad": ((BIAS, MODE),)}  # ... and gradgrad with and without biases in either mode
+
+
+def refused(backend, module_input) -> bool:
+    """Whether `backend` declares the sample's configuration unsupported (proj_size on naive/cell_loop)."""
+    return unsupported_projection(backend, module_input.constructor_input.kwargs)
 
 
 def richest_sample(samples):
@@ -206,18 +222,27 @@ def select(samples, backend, training, dtype, kind="forward", modes=(True, False
     """The samples a test of this kind runs on this backend, for this train/eval mode.
 
     `modes`: the train/eval modes the test is parametrised over (upstream's train_eval_mode);
-    the train and the eval test of a module share one cover between them.  `compile` (each
-    new configuration costs a compile) runs one sample everywhere: the richest one, so that
-    its few configurations are compiled once and reused by every test.
+    the train and the eval test of a module share one cover between them.  Forward and
+    construction tests run every sample (on a backend that refuses proj_size they check the
+    refusal); the tests that run backward passes cover the samples the backend runs, so that
+    a refused sample never takes the place of one that runs.  `compile` (each new
+    configuration costs a compile) runs the richest runnable sample, and for gradgrad also
+    the richest one without biases, so that its few configurations are compiled once and
+    reused by every test.
     """
     if FULL:
         return list(samples)
-    if backend == "compile":
-        return [richest_sample(samples)]
     strength = TIERS[kind]
     if strength is None:
-        return list(samples)
-    return covering_subset(samples, strength, this=(training,), others=[(m,) for m in modes])
+        return [richest_sample(samples)] if backend == "compile" else list(samples)
+    runnable = [s for s in samples if not refused(backend, s)]
+    if backend == "compile":
+        chosen = [richest_sample(runnable)]
+        if kind == "gradgrad":
+            chosen += [richest_sample([s for s in runnable if _factors(s)[BIAS] != _factors(chosen[0])[BIAS]])]
+        return chosen
+    return covering_subset(runnable, strength, this=(training,), others=[(m,) for m in modes],
+                           pairs=PAIRS.get(kind, ()))
 
 
 def describe(module_input) -> str:
@@ -238,8 +263,13 @@ def unsupported_projection(backend: str, kwargs) -> bool:
     return backend != "nn" and kwargs.get("proj_size", 0) > 0 and backend not in torch_impl.PROJ_BACKENDS
 
 
-def expect_projection_error(cls, backend, args, kwargs):
-    """The declared capability limit: construction raises ProjectionNotSupportedError naming the backend."""
+def expect_projection_error(cls, backend, args, kwargs, run=None):
+    """The declared capability limit: construction raises ProjectionNotSupportedError naming the backend.
+
+    `run` (the test's `Samples`) counts the sample as refused: it ran no check of the test's own.
+    """
+    if run is not None:
+        run.refused += 1
     with pytest.raises(ProjectionNotSupportedError) as info:
         cls(*args, **kwargs)
     assert isinstance(info.value, ValueError)
@@ -247,11 +277,16 @@ def expect_projection_error(cls, backend, args, kwargs):
 
 
 class Samples:
-    """Run every sample; fail at the end listing each failing one (upstream stops at the first)."""
+    """Run every sample; fail at the end listing each failing one (upstream stops at the first).
+
+    A test whose every sample was refused by the backend (or that had none) ran none of its
+    checks: that fails too, rather than passing on nothing.
+    """
 
     def __init__(self):
         self.failures = []
         self.ran = 0
+        self.refused = 0  # samples the backend declared unsupported (the refusal was checked, nothing else)
 
     @contextlib.contextmanager
     def sample(self, label):
@@ -267,13 +302,17 @@ class Samples:
         if self.failures:
             pytest.fail(f"{len(self.failures)} of {self.ran} samples failed:\n  " + "\n  ".join(self.failures),
                         pytrace=False)
+        if self.ran - self.refused <= 0:
+            pytest.fail(f"ran no check: {self.ran} samples selected, {self.refused} of them refused by the backend",
+                        pytrace=False)
 
 
-def build(cls, backend, module_input, device, dtype, training):
-    """Construct, move to device/dtype and set the mode; None when proj_size is declared unsupported."""
+def build(cls, backend, module_input, device, dtype, training, run=None):
+    """Construct, move to device/dtype and set the mode; None when proj_size is declared unsupported
+    (the refusal checked and counted in `run`)."""
     args, kwargs = module_input.constructor_input.args, module_input.constructor_input.kwargs
     if unsupported_projection(backend, kwargs):
-        expect_projection_error(cls, backend, args, kwargs)
+        expect_projection_error(cls, backend, args, kwargs, run)
         return None
     m = cls(*args, **kwargs)
     m.to(device).to(dtype)
@@ -337,7 +376,7 @@ def test_forward(name, dtype, training, backend):
         if module_input.forward_input is None:
             continue
         with run.sample(describe(module_input)), freeze_rng_state():
-            m = build(cls, backend, module_input, DEVICE, dtype, training)
+            m = build(cls, backend, module_input, DEVICE, dtype, training, run)
             if m is None:
                 continue
             args, kwargs = module_input.forward_input.args, module_input.forward_input.kwargs
@@ -362,7 +401,7 @@ def test_factory_kwargs(name, dtype, training, backend):
         with run.sample(describe(module_input)):
             args, kwargs = module_input.constructor_input.args, dict(module_input.constructor_input.kwargs)
             if unsupported_projection(backend, kwargs):
-                expect_projection_error(cls, backend, args, kwargs)
+                expect_projection_error(cls, backend, args, kwargs, run)
                 continue
             # Does the module create a parameter or buffer from a tensor it was not given?
             creates = False
@@ -397,7 +436,7 @@ def test_repr(name, dtype, training, backend):
     run = Samples()
     for module_input in select(samples, backend, training, dtype):
         with run.sample(describe(module_input)):
-            m = build(cls, backend, module_input, DEVICE, dtype, training)
+            m = build(cls, backend, module_input, DEVICE, dtype, training, run)
             if m is None:
                 continue
             m.__repr__()
@@ -415,7 +454,7 @@ def test_save_load(name, dtype, training, backend):
         if module_input.forward_input is None:
             continue
         with run.sample(describe(module_input)), freeze_rng_state():
-            m = build(cls, backend, module_input, DEVICE, dtype, training)
+            m = build(cls, backend, module_input, DEVICE, dtype, training, run)
             if m is None:
                 continue
             sd = m.state_dict()
@@ -472,7 +511,7 @@ def test_non_contiguous_tensors(name, dtype, training, backend):
         if not (_can_be_noncontiguous(input_args) or _can_be_noncontiguous(input_kwargs)):
             continue
         with run.sample(describe(module_input)):
-            m = build(cls, backend, module_input, DEVICE, dtype, training)
+            m = build(cls, backend, module_input, DEVICE, dtype, training, run)
             if m is None:
                 continue
             _retain_grad((input_args, input_kwargs))
@@ -530,7 +569,7 @@ def _test_gradients(name, dtype, training, backend, check, kind):
         if module_input.forward_input is None:
             continue
         with run.sample(describe(module_input)):
-            m = build(cls, backend, module_input, DEVICE, dtype, training)
+            m = build(cls, backend, module_input, DEVICE, dtype, training, run)
             if m is None:
                 continue
             params = tuple(m.parameters())
@@ -654,7 +693,7 @@ def test_memory_format(name, dtype, training, backend):
         supports_channels_last_3d = _check_dims(module_input.forward_input.args, 5)
         input_mem_formats, module_mem_formats = _get_mem_formats(supports_channels_last, supports_channels_last_3d)
         with run.sample(describe(module_input)), freeze_rng_state():
-            m = build(cls, backend, module_input, DEVICE, dtype, training)
+            m = build(cls, backend, module_input, DEVICE, dtype, training, run)
             if m is None:
                 continue
             args, kwargs = module_input.forward_input.args, module_input.forward_input.kwargs
@@ -710,7 +749,7 @@ def test_if_train_and_eval_modes_differ(name, dtype, training, backend):
         if module_input.forward_input is None:
             continue
         with run.sample(describe(module_input)):
-            m = build(cls, backend, module_input, DEVICE, dtype, training)
+            m = build(cls, backend, module_input, DEVICE, dtype, training, run)
             if m is None:
                 continue
             delattr(m, "training")  # does forward read the training flag?
@@ -782,7 +821,7 @@ def test_to(name, dtype, training, swap, set_grad, backend):
                 c_args, c_kwargs = module_input.constructor_input.args, module_input.constructor_input.kwargs
                 args, kwargs = module_input.forward_input.args, module_input.forward_input.kwargs
                 if unsupported_projection(backend, c_kwargs):
-                    expect_projection_error(cls, backend, c_args, c_kwargs)
+                    expect_projection_error(cls, backend, c_args, c_kwargs, run)
                     continue
                 m = cls(*c_args, **c_kwargs)
 
@@ -864,7 +903,7 @@ def test_to_empty(name, dtype, training, swap, backend):
                 c_args, c_kwargs = module_input.constructor_input.args, module_input.constructor_input.kwargs
                 with torch.device("meta"):
                     if unsupported_projection(backend, c_kwargs):
-                        expect_projection_error(cls, backend, c_args, c_kwargs)
+                        expect_projection_error(cls, backend, c_args, c_kwargs, run)
                         continue
                     m = cls(*c_args, **c_kwargs)
                 p_ids_before = [id(p) for p in m.parameters()]
@@ -905,7 +944,7 @@ def test_device_ctx_init(name, dtype, training, backend):
             c_args_meta = module_input_meta.constructor_input.args
             c_kwargs_meta = module_input_meta.constructor_input.kwargs
             if unsupported_projection(backend, c_kwargs):
-                expect_projection_error(cls, backend, c_args, c_kwargs)
+                expect_projection_error(cls, backend, c_args, c_kwargs, run)
                 continue
             m_cpu = cls(*c_args, **c_kwargs)
             with torch.device("meta"):
@@ -917,3 +956,37 @@ def test_device_ctx_init(name, dtype, training, backend):
                 assert p_meta.is_meta
                 assert_metadata_eq(assertEqual, p_meta, p_cpu)
     run.check()
+
+
+# ---- the selection itself ------------------------------------------------------------------------
+
+@MODULE
+def test_selection_never_lands_only_on_refused_samples(name):
+    """Every test kind selects samples the backend runs; gradgrad has biases and no biases in both modes."""
+    info = MODULE_INFOS[name]
+    for backend, training in product(["nn", *torch_impl.BACKENDS], (True, False)):
+        samples = info.module_inputs_func(info, device=DEVICE, dtype=torch.double, requires_grad=False,
+                                          training=training)
+        for kind in TIERS:
+            chosen = select(samples, backend, training, torch.double, kind)
+            runs = [s for s in chosen if not refused(backend, s)]
+            where = f"{backend} {kind} {'train' if training else 'eval'}"
+            assert runs, f"{where}: every selected sample is refused"
+            if TIERS[kind] is not None:
+                assert len(runs) == len(chosen), f"{where}: a refused sample takes a runnable one's place"
+            if kind == "gradgrad":
+                assert {_factors(s)[BIAS] for s in runs} == {True, False}, f"{where}: not with and without biases"
+
+
+def test_a_test_that_ran_no_check_fails():
+    refused_only = Samples()
+    with refused_only.sample("proj_size=2 on naive"):
+        refused_only.refused += 1
+    with pytest.raises(pytest.fail.Exception, match="ran no check"):
+        refused_only.check()
+    with pytest.raises(pytest.fail.Exception, match="ran no check"):
+        Samples().check()  # no sample at all
+    ran = Samples()
+    with ran.sample("a sample that ran"):
+        pass
+    ran.check()
