@@ -7,9 +7,11 @@ implementation and one benchmark, so it stays well under a minute.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +105,36 @@ def test_roof_fraction_benchmark_measures_its_own_frameworks_roof_in_process(tmp
     proc = _python(code, tmp_path, timeout=300)
     fraction = float(proc.stdout.split("fraction")[-1])
     assert 0 < fraction < 10, fraction
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="asv needs the git repository to name the commit")
+def test_paired_ratio_samples_become_asv_samples_appended_over_rounds(tmp_path):
+    """The gate's benchmark returns {"samples": [...], "number": 1}; asv 0.6's runner reads that
+    as a timing result: it appends the samples of every round (a process each), takes their
+    median, and keeps the statistics its compare uses (scripts/bench_compare.sh relies on it)."""
+    conf = {"version": 1, "project": "rnnbench", "repo": str(ROOT), "dvcs": "git", "branches": ["HEAD"],
+            "environment_type": "virtualenv", "benchmark_dir": str(ROOT / "benchmarks"),
+            "env_dir": str(tmp_path / "env"), "results_dir": str(tmp_path / "results"),
+            "html_dir": str(tmp_path / "html")}
+    (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
+    env = _env(tmp_path, RNNBENCH_DTYPES="float32", RNNBENCH_THREADS="1")
+    cfg = ["--config", str(tmp_path / "asv.conf.json")]
+    rc, out = _run(["machine", "--yes", *cfg], env)
+    assert rc == 0, out
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    bench = r"PairedRatio\.track_train_ratio\('torch\.jit', 'lstm', 'quick'"
+    rc, out = _run(["run", *cfg, "--python=same", "--set-commit-hash", head, "--record-samples", "-a", "rounds=2",
+                    "--show-stderr", "-b", bench], env, timeout=300)
+    assert rc == 0 and "failed" not in out, out
+    (path,) = (tmp_path / "results").glob(f"*/{head[:8]}-*.json")
+    data = json.loads(path.read_text())
+    entry = dict(zip(data["result_columns"], data["results"]["rnn.PairedRatio.track_train_ratio"]))
+    combos = list(itertools.product(*entry["params"]))
+    i = combos.index(("'torch.jit'", "'lstm'", "'quick'", "'float32'"))
+    samples = entry["samples"][i]
+    assert len(samples) >= 2 * 10, samples  # two rounds of at least min_samples each
+    assert entry["result"][i] == pytest.approx(statistics.median(samples), rel=1e-6)  # asv: the samples' median
+    assert entry["stats_repeat"][i] == len(samples)
+    assert entry["stats_ci_99_a"][i] <= entry["result"][i] <= entry["stats_ci_99_b"][i]
+    assert 0 < entry["result"][i] < 100
