@@ -101,10 +101,11 @@ def plan(device: str, out: Path, quick: bool) -> list[tuple[str, list[str], floa
              "--sweeps", "none", "--timeout", "120"]
     if quick:
         study += ["--workloads", "quick", "--impls", "torch.native,torch.eager,jax.scan", "--cells", "lstm",
-                  "--repeats", "3", "--precisions", "amp_bfloat16", "--budget", "0.2", "--min-time", "0.05"]
+                  "--repeats", "3", "--precisions", "amp_bfloat16", "--budget", "0.2", "--min-time", "0.05",
+                  "--processes", "1"]  # the dry run checks the plumbing; one process per measurement
     else:
         study += ["--workloads", "S1,DB-H512-B64-T150", "--cells", "lstm,gru", "--repeats", "10", "--budget", "1",
-                  "--precisions", "amp_bfloat16,amp_float16"]
+                  "--precisions", "amp_bfloat16,amp_float16", "--processes", "2"]
     steps.append(("study", study, 90 if quick else 200))  # partial results survive a timeout
     return steps
 

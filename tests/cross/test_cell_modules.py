@@ -80,7 +80,7 @@ def test_the_study_measures_an_own_cell_in_its_workers(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "shared.cli", "compare", "--cell-modules", "own_cell_module", "--cells", "mgu",
          "--workloads", "quick", "--impls", "torch.eager", "--sweeps", "none", "--precisions", "none", "--repeats", "3",
-         "--out", str(tmp_path), "--no-progress"],
+         "--processes", "1", "--out", str(tmp_path), "--no-progress"],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (rec,) = [r for r in read_records(tmp_path / "results.jsonl") if r.get("kind") == "measurement"]
