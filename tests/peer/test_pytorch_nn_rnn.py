@@ -34,13 +34,16 @@ Adapted, TestNNDeviceType (cpu):
   so its float32 and bfloat16 instances are the same test: run once),
   test_variable_sequence (packed vs per-sequence, sorted and unsorted, default and given
   hx, proj_size 0 and 2), test_save_lstm_compatibility.
+Adapted from CUDA-only tests whose substance is "this implementation vs nn.<module>" (the CPU
+  nn.<module> stays the reference; the backend's module takes the cuDNN side):
+  test_RNN_cpu_vs_cudnn_no_dropout / _with_dropout (_test_RNN_cpu_vs_cudnn: identical weights,
+  non-contiguous inputs, lengths as a list and as a tensor, h_0/c_0 gradients under non-trivial
+  grad_hy/grad_cy, LSTM with projections), test_rnn_fused (float32 and float64).
 Not adapted:
   CUDA / cuDNN / multi-GPU only: test_rnn_check_device, test_projections_lstm_check_device
-  (every assertion needs cuda:0 and cuda:1), test_RNN_cpu_vs_cudnn_no_dropout /
-  _with_dropout, test_RNN_cudnn_weight_norm, test_partial_flat_weights,
+  (every assertion needs cuda:0 and cuda:1), test_RNN_cudnn_weight_norm, test_partial_flat_weights,
   test_cudnn_weight_format, test_cudnn_weight_tying, test_cudnn_rnn_dropout_states_device,
-  test_pack_sequence_batch_sizes_throw, test_rnn_fused (onlyCUDA: compares cpu with cuda),
-  test_device_mask;
+  test_pack_sequence_batch_sizes_throw, test_device_mask;
   nn.RNN only: test_RNN_nonlinearity, test_RNN_nonlinearity_passed_as_arg, test_RNN_dropout
   (asserts the exact value 10000 that relu with unit weights gives: no LSTM/GRU analogue);
   cells (nn.RNNCell / GRUCell / LSTMCell, which torch_impl does not provide): test_RNN_cell,
@@ -302,6 +305,141 @@ def test_projections_errors_on_gru_and_rnn(backend):
             rnn_cls(mode, backend)(30, 20, 2, proj_size=10)
 
 
+# upstream's _test_RNN_cpu_vs_cudnn(dropout, dtype=torch.double), behind test_RNN_cpu_vs_cudnn_no_dropout
+# (dropout=0) and test_RNN_cpu_vs_cudnn_with_dropout (dropout=1: in training mode every layer input after
+# the first is zeroed, so both sides are deterministic).  Upstream compares nn.<module> on the CPU with the
+# same module on cuDNN; here the CPU nn.<module> is compared with the backend's module, on the CPU.
+CPU_VS_MODULES = {"GRU": ("GRU", 0), "LSTM": ("LSTM", 0), "LSTM_proj": ("LSTM", 3)}  # upstream: also nn.RNN
+
+
+@BACKEND
+@pytest.mark.parametrize("dropout", [0, 1], ids=["no_dropout", "with_dropout"])
+@pytest.mark.parametrize("module", list(CPU_VS_MODULES))
+def test_RNN_cpu_vs_cudnn(module, dropout, backend):
+    dtype = torch.double
+    mode, proj_size = CPU_VS_MODULES[module]
+
+    def forward_backward(rnn, input_val, grad_output, weights_val, hx_val, grad_hy, cx_val=None, grad_cy=None):
+        # upstream's forward_backward(cuda, ...) without the move to cuda: `rnn` is the module under test
+        is_lstm = rnn.mode == "LSTM"
+
+        for x_layer, y_layer in zip(rnn.all_weights, weights_val):
+            for x, y in zip(x_layer, y_layer):
+                x.data.copy_(y.data)
+
+        if isinstance(input_val, rnn_utils.PackedSequence):
+            input = rnn_utils.PackedSequence(input_val.data.data.requires_grad_(True), input_val.batch_sizes)
+            input_var = input.data
+        else:
+            input = input_val.clone().requires_grad_(True)
+            input_var = input
+        if is_lstm:
+            if cx_val is None:
+                hx = (hx_val.clone().requires_grad_(True), hx_val.add(1).requires_grad_(True))
+            else:
+                hx = (hx_val.clone().requires_grad_(True), cx_val.add(1).requires_grad_(True))
+        else:
+            hx = hx_val.clone().requires_grad_(True)
+
+        output, hy = rnn(input, hx)
+
+        if isinstance(output, rnn_utils.PackedSequence):
+            output = output.data
+
+        if is_lstm:
+            if grad_cy is None:
+                torch.autograd.backward([output, hy[0], hy[1]], [grad_output, grad_hy, grad_hy + 1])
+            else:
+                torch.autograd.backward([output, hy[0], hy[1]], [grad_output, grad_hy, grad_cy + 1])
+        else:
+            torch.autograd.backward([output, hy], [grad_output, grad_hy])
+
+        return {"output": output.data,
+                "hy": hy[0].data if is_lstm else hy.data,
+                "weights": rnn.all_weights,
+                "grad_input": input_var.grad.data,
+                "grad_hx": hx[0].grad.data if is_lstm else hx.grad.data,
+                "cy": hy[1].data if is_lstm else None,
+                "grad_cx": hx[1].grad.data if is_lstm else None}
+
+    input_size = 10
+    hidden_size = 6
+    num_layers = 2
+    seq_length = 7
+    batch = 6
+
+    def make_noncontig(tensor):
+        ndim = tensor.dim()
+        return torch.stack([tensor.clone().zero_(), tensor], ndim).select(ndim, 1)
+
+    def compare_cpu_gpu(outputs_cpu, outputs_gpu):
+        assertEqual(list(outputs_cpu.keys()), list(outputs_gpu.keys()))
+        for key in outputs_cpu.keys():
+            if key != "weights":
+                assertEqual(outputs_cpu[key], outputs_gpu[key], atol=5e-5, rtol=0, msg=key)
+
+        # check grad weights separately, as nested dict
+        for cpu_layer_weight, gpu_layer_weight in zip(outputs_cpu["weights"], outputs_gpu["weights"]):
+            for (cpu_weight, gpu_weight) in zip(cpu_layer_weight, gpu_layer_weight):
+                assertEqual(cpu_weight.grad.data, gpu_weight.grad.data, atol=5e-5, rtol=0)
+
+    if projection_unsupported(backend, proj_size):
+        make(mode, backend, input_size, hidden_size, num_layers, proj_size=proj_size)  # expects the refusal
+        pytest.skip(f"backend {backend} has no proj_size (its refusal was checked)")
+
+    ran = 0
+    for bias, bidirectional, batch_first, contig, variable_len, lens_as_tensor in product((True, False), repeat=6):
+        num_directions = 2 if bidirectional else 1
+        out_size = proj_size or hidden_size
+        if batch_first:
+            input_val = torch.randn(batch, seq_length, input_size, dtype=dtype)
+            grad_output = torch.randn(batch, seq_length, out_size * num_directions, dtype=dtype)
+        else:
+            input_val = torch.randn(seq_length, batch, input_size, dtype=dtype)
+            grad_output = torch.randn(seq_length, batch, out_size * num_directions, dtype=dtype)
+
+        hx_val = torch.randn(num_layers * num_directions, batch, out_size, dtype=dtype)
+        cx_val = grad_cy = None
+        if proj_size:  # upstream's "checking LSTM with projections" loop
+            cx_val = torch.randn(num_layers * num_directions, batch, hidden_size, dtype=dtype)
+        grad_hy = torch.randn(num_layers * num_directions, batch, out_size, dtype=dtype)
+        if proj_size:
+            grad_cy = torch.randn(num_layers * num_directions, batch, hidden_size, dtype=dtype)
+
+        if not contig:
+            grad_output = make_noncontig(grad_output)
+            grad_hy = make_noncontig(grad_hy)
+            input_val = make_noncontig(input_val)  # upstream assigns this to an unused `input_var` (a slip)
+            hx_val = make_noncontig(hx_val)
+            if proj_size:
+                grad_cy = make_noncontig(grad_cy)
+                cx_val = make_noncontig(cx_val)
+            assert not input_val.is_contiguous() and not hx_val.is_contiguous()
+
+        if variable_len:
+            lengths = [7, 5, 5, 2, 1, 1]
+            if lens_as_tensor:
+                lengths = torch.tensor(lengths, dtype=torch.long)
+            input_val = rnn_utils.pack_padded_sequence(input_val, lengths, batch_first=batch_first)
+            grad_output = rnn_utils.pack_padded_sequence(grad_output, lengths, batch_first=batch_first).data
+
+        kwargs = dict(bias=bias, dropout=dropout, bidirectional=bidirectional, batch_first=batch_first)
+        if proj_size:
+            kwargs["proj_size"] = proj_size
+        rnn = getattr(torch.nn, mode)(input_size, hidden_size, num_layers, **kwargs).to(dtype)
+
+        outputs_cpu = forward_backward(rnn, input_val, grad_output, rnn.all_weights, hx_val, grad_hy, cx_val, grad_cy)
+
+        rnn_gpu = make(mode, backend, input_size, hidden_size, num_layers, **kwargs).to(dtype)
+
+        outputs_gpu = forward_backward(rnn_gpu, input_val, grad_output, rnn.all_weights, hx_val, grad_hy,
+                                       cx_val, grad_cy)
+
+        compare_cpu_gpu(outputs_cpu, outputs_gpu)
+        ran += 1
+    assert ran == 64
+
+
 @BACKEND
 @pytest.mark.parametrize("case", ["LSTM", "LSTM_proj", "GRU"])
 def test_cudnn_forward_exception(case, backend):
@@ -503,6 +641,77 @@ def _mkldnn_enabled_restored():
         yield
     finally:
         torch._C._set_mkldnn_enabled(before)
+
+
+# upstream: @onlyCUDA @dtypes(torch.float, torch.double) @tf32_on_and_off test_rnn_fused(self, device, dtype):
+# nn.GRU / nn.LSTM on the CPU against the same module on `device`; here against the backend's module (CPU).
+@BACKEND
+@pytest.mark.parametrize("dtype", [torch.float, torch.double], ids=["float32", "float64"])
+def test_rnn_fused(dtype, backend):
+    device = DEVICE
+
+    def copy_rnn(rnn1, rnn2):
+        for x_layer, y_layer in zip(rnn1.all_weights, rnn2.all_weights):
+            for x, y in zip(x_layer, y_layer):
+                x.data.copy_(y.data)
+
+    def check_rnn_grads(rnn1, rnn2):
+        for x_layer, y_layer in zip(rnn1.all_weights, rnn2.all_weights):
+            for x, y in zip(x_layer, y_layer):
+                assertEqual(x.grad, y.grad, atol=5e-5, rtol=0)
+
+    input_size = 10
+    hidden_size = 6
+    num_layers = 2
+    seq_length = 7
+    batch = 6
+    input_val = torch.randn(seq_length, batch, input_size, dtype=dtype)
+    grad_output = torch.randn(seq_length, batch, hidden_size, dtype=dtype)
+    hx_val = torch.randn(num_layers, batch, hidden_size, dtype=dtype)
+    grad_hy = torch.randn(num_layers, batch, hidden_size, dtype=dtype)
+    with torch.backends.cudnn.flags(enabled=False, allow_tf32=None):
+        for module in ("GRU", "LSTM"):  # upstream: (nn.GRU, nn.LSTM)
+            for bias in (True, False):
+                rnn = getattr(torch.nn, module)(input_size, hidden_size, num_layers, bias=bias).to(dtype)
+                rnn_device = make(module, backend, input_size, hidden_size, num_layers, bias=bias).to(device, dtype)
+                copy_rnn(rnn, rnn_device)
+
+                is_lstm = module == "LSTM"
+                if is_lstm:
+                    hx = (hx_val.clone().requires_grad_(True),
+                          hx_val.clone().add(1).requires_grad_(True))
+                    hx_device = (hx_val.clone().to(device).requires_grad_(True),
+                                 hx_val.clone().to(device).add(1).requires_grad_(True))
+                else:
+                    hx = hx_val.clone().requires_grad_(True)
+                    hx_device = hx_val.clone().to(device).requires_grad_(True)
+
+                inp = input_val.clone().requires_grad_(True)
+                inp_cu = input_val.clone().to(device).requires_grad_(True)
+                output1, hy1 = rnn(inp, hx)
+                output2, hy2 = rnn_device(inp_cu, hx_device)
+                if is_lstm:
+                    torch.autograd.backward(
+                        [output1, hy1[0], hy1[1]], [grad_output, grad_hy, grad_hy + 1]
+                    )
+                    torch.autograd.backward(
+                        [output2, hy2[0], hy2[1]],
+                        [grad_output.to(device), grad_hy.to(device), (grad_hy + 1).to(device)]
+                    )
+                else:
+                    torch.autograd.backward([output1, hy1], [grad_output, grad_hy])
+                    torch.autograd.backward([output2, hy2], [grad_output.to(device), grad_hy.to(device)])
+
+                assertEqual(output1, output2)
+                assertEqual(hy1, hy2)
+
+                check_rnn_grads(rnn, rnn_device)
+                assertEqual(inp.grad, inp_cu.grad)
+                if is_lstm:
+                    assertEqual(hx[0].grad, hx_device[0].grad)
+                    assertEqual(hx[1].grad, hx_device[1].grad)
+                else:
+                    assertEqual(hx.grad, hx_device.grad)
 
 
 @BACKEND
