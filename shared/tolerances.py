@@ -28,9 +28,10 @@ NumPy reference by maximum absolute error, per array (`key`: "output", "h_n", "c
   values max |v| <= sqrt(N) std): the catalogue declares it (`CellDef.normalizes`) and the
   growth factor includes it.
 
-`tests/shared/test_tolerances.py` checks the rule on every shared vector and rung: no
-observed error exceeds it, and it is not vacuous (the float32 errors reach a sizeable
-fraction of it).  docs/parity.md has the measured ratios.
+`tests/cross/test_parity_matrix.py` checks the rule on every shared vector and rung it runs:
+no observed error exceeds it, and it is not vacuous (per rung and dtype, float32 and bfloat16
+included, the worst error reaches at least 1/50 of it; a bound 100x looser fails, and a
+planted sigmoid candidate gate fails the bfloat16 bound on every rung).
 """
 
 from __future__ import annotations
