@@ -14,7 +14,7 @@ ASV := $(VENV)/bin/asv
 RANGE ?= HEAD~5..HEAD
 BENCH_ARGS ?=
 
-.PHONY: venv run test ladder parity parity-quick parity-matrix bench bench-quick bench-history bench-compare bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
+.PHONY: venv run test ladder parity parity-quick parity-matrix bench bench-quick bench-history bench-compare gate-power reproducibility bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
 
 venv: $(STAMP)
 
@@ -54,6 +54,14 @@ bench-history: venv
 # the regression gate: asv continuous BASE..HEAD; non-zero exit when something got slower (scripts/bench_compare.sh)
 bench-compare: venv
 	bash scripts/bench_compare.sh $(BASE) $(or $(HEAD),HEAD)
+
+# The gate's power on a planted 10% slowdown and its false-alarm rate (about an hour; run it alone).
+gate-power: venv
+	$(PY) scripts/gate_power.py $(GATE_POWER_ARGS)
+
+# The study's answer three times in fresh processes: how far each ratio moves (about 45 min; alone).
+reproducibility: venv
+	$(PY) scripts/reproducibility.py --runs $(or $(RUNS),3) --out $(or $(OUT),reports/reproducibility) --json docs/records/reproducibility.json
 
 bench-publish: venv
 	$(ASV) publish

@@ -38,6 +38,10 @@ table code (`shared.study.table`):
     study:run/FIELD                                 commit, date, measurements, minutes, threads,
                                                     cpu, torch, jax
 
+    study@PATH:KIND/...             the same keys read from another committed run's records
+                                    (PATH: its results.jsonl or the folder holding it), e.g. a
+                                    run of scripts/reproducibility.py
+
     json:PATH:DOTTED.KEY[:FORMAT]   a value of a committed JSON file (PATH from the repository root;
                                     list items by index: `runs.0.ratio`); FORMAT: x (a ratio, as
                                     above), pct (a fraction as a percentage), ms, us, s (a value in
@@ -330,22 +334,32 @@ class Renderer:
 
     def __init__(self, root: Path = ROOT):
         self.root = Path(root)
-        self._study: Study | None = None
+        self._studies: dict[str, Study] = {}
 
     @property
     def study(self) -> Study:
-        if self._study is None:
-            self._study = Study(self.root / STUDY_RECORDS)
-        return self._study
+        return self.study_at(STUDY_RECORDS)
+
+    def study_at(self, path: str) -> Study:
+        """The records of `path` (a committed results.jsonl, or a folder holding one)."""
+        if path not in self._studies:
+            file = self.root / path
+            if file.is_dir():
+                file = file / "results.jsonl"
+            if not file.is_file():
+                raise FigureError(f"no study records at {path}")
+            self._studies[path] = Study(file)
+        return self._studies[path]
 
     def render(self, key: str) -> str:
         source, _, rest = key.partition(":")
-        if source == "study":
+        if source == "study" or source.startswith("study@"):
+            study = self.study_at(source.partition("@")[2] or STUDY_RECORDS)
             kind, _, args = rest.partition("/")
             if kind not in self.INLINE:
                 raise FigureError(f"{key}: study:KIND/... with KIND one of {', '.join(self.INLINE)}")
             try:
-                return getattr(self.study, kind)(*(args.split("/") if args else ()))
+                return getattr(study, kind)(*(args.split("/") if args else ()))
             except TypeError:
                 raise FigureError(f"{key}: wrong number of parts (see shared/docs_figures.py)") from None
         if source == "json":
@@ -353,7 +367,7 @@ class Renderer:
             if len(parts) not in (2, 3):
                 raise FigureError(f"{key}: json:PATH:DOTTED.KEY[:FORMAT]")
             return format_json(json_value(self.root, parts[0], parts[1]), parts[2] if len(parts) == 3 else None)
-        raise FigureError(f"{key}: a key starts with study: or json:")
+        raise FigureError(f"{key}: a key starts with study:, study@PATH: or json:")
 
     def render_block(self, key: str) -> str:
         source, _, rest = key.partition(":")
@@ -456,8 +470,6 @@ ALLOWED: list[tuple[re.Pattern, str]] = [
 # Pages another developer is converting right now: checked for marked figures, not yet for unmarked
 # ones. Remove an entry once its page passes `rnnbench docs --check`.
 TEMPORARILY_EXEMPT = {
-    "docs/asv.md": "the asv gate's developer is converting its figures to this convention",
-    "docs/parity.md": "its owner is editing it now; its timings (test and compile durations) have no record yet",
 }
 
 
