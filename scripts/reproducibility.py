@@ -17,6 +17,7 @@ import argparse
 import json
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +50,22 @@ def ratios(run_dir: Path) -> dict[str, dict]:
     return out
 
 
+def run_info(run_dir: Path) -> dict:
+    """What a reader needs to trust a run: its machine, commit, start and length, and load."""
+    records = read_records(run_dir / "results.jsonl")
+    meta = next((r for r in records if r.get("kind") == "meta"), {})
+    end = next((r for r in reversed(records) if r.get("kind") == "end"), {})
+    machine = meta.get("machine", {})
+    minutes = None
+    if meta.get("started") and end.get("finished"):
+        minutes = (datetime.fromisoformat(end["finished"]) - datetime.fromisoformat(meta["started"])).total_seconds() / 60
+    return dict(run=run_dir.name, started=meta.get("started"), minutes=minutes, argv=meta.get("argv"),
+                cpu=machine.get("cpu"), amx=machine.get("amx"), cores=machine.get("usable_cpus"),
+                commit=machine.get("git_commit"), versions=machine.get("versions"),
+                load_average_end=end.get("load_average"),
+                measurements=sum(r.get("kind") == "measurement" for r in records))
+
+
 def summarize(runs: list[dict[str, dict]]) -> dict:
     keys = sorted(set.intersection(*(set(r) for r in runs))) if runs else []
     rows, inside, checked = [], 0, 0
@@ -76,6 +93,9 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "reproducibility")
     p.add_argument("--from", dest="from_", type=Path, default=None, help="read OUT/run-* made earlier")
+    p.add_argument("--json", type=Path, default=None,
+                   help="where to write the summary (default OUT/reproducibility.json; the committed record is "
+                        "docs/records/reproducibility.json)")
     p.add_argument("extra", nargs="*", help="more `rnnbench compare` options after --, e.g. -- --impls ...")
     args = p.parse_args(argv)
     out = args.from_ or args.out
@@ -84,6 +104,7 @@ def main(argv=None) -> int:
             run_study(out / f"run-{k}", args.extra)
     dirs = sorted(d for d in out.glob("run-*") if (d / "results.jsonl").exists())
     result = summarize([ratios(d) for d in dirs])
+    result["run_info"] = [run_info(d) for d in dirs]
     for r in result["rows"]:
         mark = "" if r["max_over_min"] <= MAX_OVER_MIN else "  > goal"
         print(f"{r['key']:45s} " + " ".join(f"{x:6.2f}" for x in r["ratios"])
@@ -92,7 +113,10 @@ def main(argv=None) -> int:
     print(f"\n{result['runs']} runs, {result['ratios']} ratios: {result['within_goal']} within {MAX_OVER_MIN}x "
           f"max/min (worst {result['worst_max_over_min'] or float('nan'):.3f}); "
           f"{'n/a' if share is None else f'{share:.0%}'} of values inside every other run's interval")
-    (out / "reproducibility.json").write_text(json.dumps(result, indent=1))
+    path = args.json or out / "reproducibility.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {path}")
     return 0
 
 

@@ -74,6 +74,10 @@ def test_records_behind_the_figures_are_committed():
     if not (ROOT / ".git").exists() or shutil.which("git") is None:
         pytest.skip("not a git checkout")
     paths = {df.STUDY_RECORDS} | {k.split(":")[1] for k in _keys(df.FIG) if k.startswith("json:")}
+    for k in _keys(df.FIG):
+        if k.startswith("study@"):
+            path = k.split(":")[0].partition("@")[2]
+            paths.add(path if path.endswith(".jsonl") else f"{path.rstrip('/')}/results.jsonl")
     for path in sorted(paths):
         proc = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=ROOT, capture_output=True)
         assert proc.returncode == 0, f"{path} is quoted by the docs but not committed"
@@ -158,6 +162,25 @@ def test_interval_fields_of_a_record_reach_the_rendered_ratio(tmp_path):
     assert r.render("study:ratio/torch.bptt/lstm/S1/train") == "1.15x [1.11, 1.19]"
     assert r.render("study:ratio/torch.bptt/lstm/S1/forward") == "1.00x"
     assert "| torch.bptt | 1.15x [1.11, 1.19] |" in r.render_block("study:table/all/lstm/S1/train")
+
+
+def test_another_runs_records_render_through_study_at(tmp_path):
+    base = dict(kind="measurement", cell="lstm", workload_name="S1", device="cpu", dtype="float32", status="ok",
+                group="main", forward_s=1.0, train_s=2.0, gflops_forward=10.0, gflops_train=15.0)
+    records = [{"kind": "meta", "run_id": "r", "started": "2026-01-01T00:00:00+00:00", "machine": {}},
+               dict(base, key="native", impl="torch.native", framework="torch", rung=6),
+               dict(base, key="bptt", impl="torch.bptt", framework="torch", rung=5, train_s=2.6,
+                    train_ratio=1.3, train_ratio_lo=1.25, train_ratio_hi=1.36)]
+    root = _planted_root(tmp_path, "")
+    run = root / "docs" / "records" / "run-0"
+    run.mkdir(parents=True)
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    r = df.Renderer(root)
+    assert r.render("study@docs/records/run-0:ratio/torch.bptt/lstm/S1/train") == "1.30x [1.25, 1.36]"
+    assert r.render("study@docs/records/run-0/results.jsonl:ratio/torch.bptt/lstm/S1/train") == "1.30x [1.25, 1.36]"
+    assert r.render("study:ratio/torch.bptt/lstm/S1/train") != "1.30x [1.25, 1.36]"  # the committed study
+    with pytest.raises(df.FigureError, match="no study records"):
+        r.render("study@docs/records/run-9:ratio/torch.bptt/lstm/S1/train")
 
 
 def test_json_figures(tmp_path):
