@@ -141,6 +141,42 @@ def run_gate(clone: Path, base: str, head: str, home: Path, bench: str | None, t
                 output_tail=out[-3000:] if proc.returncode not in (0, 1) else "")
 
 
+def make_record(trials: list[dict], args, argv, commit: str, started: float, complete: bool) -> dict:
+    """The JSON record of the trials so far (written after every trial: an interrupted run keeps them)."""
+    power = [t for t in trials if t["kind"] == "power"]
+    same = [t for t in trials if t["kind"] == "same_commit"]
+
+    def rate(ts: list[dict], field: str) -> dict:
+        hits = sum(t[field] for t in ts)
+        secs = [t["seconds"] for t in ts]
+        return {"trials": len(ts), "hits": hits, "rate": hits / len(ts) if ts else None,
+                "seconds_per_trial": round(sum(secs) / len(secs), 1) if secs else None,
+                "max_seconds": max(secs, default=None)}
+
+    pw, fa = rate(power, "detected"), rate(same, "false_alarm")
+    pw["detected"], fa["alarms"] = pw.pop("hits"), fa.pop("hits")
+    return {
+        "script": "scripts/gate_power.py", "argv": sys.argv[1:] if argv is None else list(argv),
+        "complete": complete,
+        "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
+                    "cores_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                    "platform": platform.platform()},
+        "gate": {"factor": os.environ.get("FACTOR", "default"), "rounds": os.environ.get("ROUNDS", "default"),
+                 "bench": os.environ.get("BENCH", "default"), "planted_impl": args.impl,
+                 "planted_slowdown": args.slowdown},
+        "power": pw,
+        "false_alarm": fa,
+        "seconds": round(time.time() - started, 1),
+        "trials": trials,
+    }
+
+
+def write(record: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=10, help="trials of each kind (default 10)")
@@ -194,35 +230,16 @@ def main(argv=None) -> int:
                       flush=True)
                 if rec["rc"] not in (0, 1):
                     print(rec["output_tail"], file=sys.stderr)
+                write(make_record(trials, args, argv, commit, started, complete=False), args.out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    power = [t for t in trials if t["kind"] == "power"]
-    same = [t for t in trials if t["kind"] == "same_commit"]
-    detected = sum(t["detected"] for t in power)
-    alarms = sum(t["false_alarm"] for t in same)
-    seconds = lambda ts: round(sum(t["seconds"] for t in ts) / len(ts), 1)  # noqa: E731
-    record = {
-        "script": "scripts/gate_power.py", "argv": sys.argv[1:] if argv is None else list(argv),
-        "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
-                    "cores_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-                    "platform": platform.platform()},
-        "gate": {"factor": os.environ.get("FACTOR", "default"), "rounds": os.environ.get("ROUNDS", "default"),
-                 "bench": os.environ.get("BENCH", "default"), "planted_impl": args.impl,
-                 "planted_slowdown": args.slowdown},
-        "power": {"trials": len(power), "detected": detected, "rate": detected / len(power),
-                  "seconds_per_trial": seconds(power), "max_seconds": max(t["seconds"] for t in power)},
-        "false_alarm": {"trials": len(same), "alarms": alarms, "rate": alarms / len(same),
-                        "seconds_per_trial": seconds(same), "max_seconds": max(t["seconds"] for t in same)},
-        "seconds": round(time.time() - started, 1),
-        "trials": trials,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"power: {detected}/{len(power)} planted {args.slowdown:.0%} slowdowns of {args.impl} detected; "
-          f"false alarms: {alarms}/{len(same)} same-commit runs of the gate set; "
-          f"{record['false_alarm']['seconds_per_trial']} s per gate run; written to {args.out}")
+    record = make_record(trials, args, argv, commit, started, complete=True)
+    write(record, args.out)
+    power, fa = record["power"], record["false_alarm"]
+    print(f"power: {power['detected']}/{power['trials']} planted {args.slowdown:.0%} slowdowns of {args.impl} "
+          f"detected; false alarms: {fa['alarms']}/{fa['trials']} same-commit runs of the gate set; "
+          f"{fa['seconds_per_trial']} s per gate run; written to {args.out}")
     return 0
 
 
