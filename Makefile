@@ -14,7 +14,7 @@ ASV := $(VENV)/bin/asv
 RANGE ?= HEAD~5..HEAD
 BENCH_ARGS ?=
 
-.PHONY: venv run test ladder parity parity-quick parity-matrix bench bench-quick bench-history bench-compare gate-power reproducibility bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
+.PHONY: venv run test ladder parity parity-quick parity-matrix bench bench-quick bench-history bench-compare gate-power reproducibility mutation bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
 
 venv: $(STAMP)
 
@@ -62,6 +62,12 @@ gate-power: venv
 # The study's answer three times in fresh processes: how far each ratio moves (about 45 min; alone).
 reproducibility: venv
 	$(PY) scripts/reproducibility.py --runs $(or $(RUNS),3) --out $(or $(OUT),reports/reproducibility) --json docs/records/reproducibility.json
+
+# Mutation testing (Cosmic Ray, pinned, in a venv of its own) of the kernels, the reference and the
+# statistics, each module against its targeted tests; hours for all modules: run it alone.
+mutation: venv
+	@[ -x .venv-mutation/bin/cosmic-ray ] || { $(PYTHON) -m venv .venv-mutation && .venv-mutation/bin/pip install --quiet -r requirements-mutation.txt; }
+	$(PY) scripts/mutation.py $(if $(MODULES),--modules $(MODULES))
 
 bench-publish: venv
 	$(ASV) publish

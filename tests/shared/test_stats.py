@@ -90,3 +90,70 @@ def test_reproducibility_summary_counts_spread_and_values_inside_the_other_runs_
     b = next(r for r in s["rows"] if r["key"] == "b")
     assert b["max_over_min"] == pytest.approx(2.0 / 1.5) and b["inside_others"] == 0
     assert s["within_goal"] == 1 and s["inside_share"] == pytest.approx(0.5)
+
+
+def _script(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_mutation_summary_counts_outcomes_and_lists_each_survivor():
+    import json
+
+    mutation = _script("mutation")
+
+    def line(outcome, worker="normal", pos=(3, 4)):
+        item = {"job_id": "j", "mutations": [{"module_path": "m.py", "operator_name": "core/NumberReplacer",
+                                              "occurrence": 1, "start_pos": list(pos), "end_pos": [pos[0], 9]}]}
+        result = None if outcome is None else {"worker_outcome": worker, "output": "", "test_outcome": outcome,
+                                               "diff": "-a\n+b"}
+        return json.dumps([item, result])
+
+    dump = "\n".join([line("killed"), line("killed"), line("killed"), line("survived", pos=(7, 0)),
+                      line("incompetent", worker="exception"), line(None)])
+    got = mutation.summarize(dump)
+    assert (got["mutants"], got["killed"], got["survived"], got["incompetent"], got["pending"]) == (6, 3, 1, 1, 1)
+    assert got["score"] == 0.75  # incompetent mutants count neither way
+    assert got["survivors"] == [dict(line=7, operator="core/NumberReplacer", occurrence=1, diff="-a\n+b")]
+    assert mutation.summarize("")["score"] is None
+    assert set(mutation.MODULES) >= {"shared/study/stats.py", "shared/reference.py"}
+    for module, tests in mutation.MODULES.items():  # every module and its tests exist
+        root = mutation.ROOT
+        assert (root / module).is_file() and all((root / t).is_file() for t in tests), module
+
+
+def test_gate_power_record_is_written_with_partial_trials():
+    import time
+    import types
+
+    gp = _script("gate_power")
+    args = types.SimpleNamespace(impl="torch.eager", slowdown=0.1)
+    empty = gp.make_record([], args, [], "abc", time.time(), complete=False)
+    assert empty["power"]["rate"] is None and empty["false_alarm"]["trials"] == 0 and not empty["complete"]
+    trials = [dict(kind="same_commit", false_alarm=False, seconds=10.0), dict(kind="power", detected=True, seconds=8.0),
+              dict(kind="same_commit", false_alarm=True, seconds=12.0), dict(kind="power", detected=False, seconds=6.0)]
+    rec = gp.make_record(trials, args, [], "abc", time.time(), complete=True)
+    assert rec["power"] == dict(trials=2, detected=1, rate=0.5, seconds_per_trial=7.0, max_seconds=8.0)
+    assert rec["false_alarm"] == dict(trials=2, alarms=1, rate=0.5, seconds_per_trial=11.0, max_seconds=12.0)
+
+
+def test_reproducibility_records_each_runs_machine_and_length(tmp_path):
+    import json
+
+    repro = _script("reproducibility")
+    run = tmp_path / "run-0"
+    run.mkdir()
+    records = [{"kind": "meta", "run_id": "r", "started": "2026-01-01T00:00:00+00:00", "argv": ["compare"],
+                "machine": {"cpu": "Some CPU", "amx": True, "usable_cpus": 2, "git_commit": "abc", "versions": {}}},
+               {"kind": "measurement", "run_id": "r"},
+               {"kind": "end", "run_id": "r", "finished": "2026-01-01T00:15:00+00:00", "load_average": [1.0, 1.0, 1.0]}]
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    info = repro.run_info(run)
+    assert (info["cpu"], info["amx"], info["cores"], info["commit"]) == ("Some CPU", True, 2, "abc")
+    assert info["minutes"] == 15.0 and info["measurements"] == 1
