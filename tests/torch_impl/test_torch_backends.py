@@ -209,3 +209,34 @@ def test_backend_on_cuda_matches_native_on_cuda(backend):
         gb = torch.autograd.grad(out_b.pow(2).sum(), [xb] + list(ours.parameters()))
         for a, b in zip(ga, gb):
             torch.testing.assert_close(b, a, atol=1e-9, rtol=0)
+
+
+def test_native_lstm_trains_under_cpu_autocast_float16_on_every_cpu():
+    """PyTorch 2.13 routes an LSTM under CPU autocast float16 with gradients to oneDNN on CPUs with
+    AVX512-FP16, where oneDNN has no such primitive and nn.LSTM raises; `native` runs ATen's kernel
+    there, the one other CPUs run, so it trains in this mode everywhere with the same result."""
+    torch.manual_seed(0)
+    ref = nn.LSTM(4, 5, num_layers=2)
+    ours = torch_impl.LSTM(4, 5, num_layers=2, backend="native")
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(6, 3, 4)
+    with torch.autocast("cpu", dtype=torch.float16):
+        out, (h, c) = ours(x)
+        (out.float().sum() + h.float().sum() + c.float().sum()).backward()
+    grads = [p.grad for p in ours.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
+
+    torch._C._set_mkldnn_enabled(False)  # nn.LSTM on ATen's kernel: what a CPU without AVX512-FP16 runs
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            want, (wh, wc) = ref(x)
+            (want.float().sum() + wh.float().sum() + wc.float().sum()).backward()
+    finally:
+        torch._C._set_mkldnn_enabled(True)
+    torch.testing.assert_close(out, want, atol=0, rtol=0)
+    for g, p in zip(grads, ref.parameters()):
+        torch.testing.assert_close(g, p.grad, atol=0, rtol=0)
+    assert torch._C._get_mkldnn_enabled(), "the rung restores oneDNN after its call"
+    if torch.ops.mkldnn._is_mkldnn_fp16_supported():  # where PyTorch takes oneDNN, nn.LSTM itself fails
+        with torch.autocast("cpu", dtype=torch.float16), pytest.raises(RuntimeError, match="primitive descriptor"):
+            ref(x)[0].float().sum().backward()

@@ -5,6 +5,9 @@ parameters.  It runs the whole stack at once (`run_module`), not one direction.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
+import torch
 from torch import _VF
 
 from shared.capabilities import Capabilities
@@ -15,6 +18,28 @@ KERNELS = {"lstm": _VF.lstm, "gru": _VF.gru}
 CAPABILITIES = Capabilities(
     cells=tuple(KERNELS), proj_size=True,
     why_not={"cell": "PyTorch's fused kernels (cuDNN on CUDA, oneDNN/ATen on CPU) have only LSTM and GRU"})
+
+
+class _WithoutOneDNN:
+    """Routes the kernel call to ATen's own implementation instead of oneDNN's."""
+
+    def __enter__(self):
+        self.was = torch._C._get_mkldnn_enabled()
+        torch._C._set_mkldnn_enabled(False)
+
+    def __exit__(self, *exc):
+        torch._C._set_mkldnn_enabled(self.was)
+
+
+def _kernel_context(module, x):
+    # PyTorch 2.13 sends an LSTM under CPU autocast float16 with gradients enabled to oneDNN on CPUs
+    # with AVX512-FP16, and oneDNN has no such primitive: nn.LSTM itself raises "could not create a
+    # primitive descriptor for the LSTM forward propagation primitive" there.  ATen's own kernel,
+    # the one every other CPU runs in this mode, computes it; so the rung gives one answer on all CPUs.
+    if (module.cell == "lstm" and not x.is_cuda and torch.is_grad_enabled()
+            and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.float16):
+        return _WithoutOneDNN()
+    return nullcontext()
 
 
 def run_module(module, x, batch_sizes, hx):
@@ -29,8 +54,9 @@ def run_module(module, x, batch_sizes, hx):
     kernel = KERNELS[module.cell]
     args = (module.bias, module.num_layers, module.dropout, module.training, module.bidirectional)
     state = hx if len(hx) == 2 else hx[0]
-    if batch_sizes is None:
-        out, *final = kernel(x, state, module._flat_weights, *args, module.batch_first)
-    else:
-        out, *final = kernel(x, batch_sizes, state, module._flat_weights, *args)
+    with _kernel_context(module, x):
+        if batch_sizes is None:
+            out, *final = kernel(x, state, module._flat_weights, *args, module.batch_first)
+        else:
+            out, *final = kernel(x, batch_sizes, state, module._flat_weights, *args)
     return out, tuple(final)
