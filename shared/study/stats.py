@@ -34,7 +34,7 @@ TARGET_HALF_WIDTH = 0.03  # an interval within +-3% of its ratio is tight
 
 def pair_ratios(pairs) -> list[float]:
     """Candidate over baseline for every (candidate_s, baseline_s) pair with a positive baseline."""
-    return [c / b for c, b in pairs if b and b > 0 and c is not None]
+    return [c / b for c, b in pairs if b is not None and b > 0 and c is not None]
 
 
 def process_ratio(pairs) -> float | None:
@@ -45,6 +45,15 @@ def process_ratio(pairs) -> float | None:
 
 def _geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def percentile_interval(boot: list[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The two-sided percentile interval of sorted bootstrap values: the values at ranks
+    floor(a (n-1)) and ceil((1-a) (n-1)), a = (1 - confidence) / 2 (outward rounding: never
+    narrower than the nominal level)."""
+    tail = (1 - confidence) / 2
+    n = len(boot)
+    return boot[int(math.floor(tail * (n - 1)))], boot[int(math.ceil((1 - tail) * (n - 1)))]
 
 
 def pooled_ratio(processes, *, confidence: float = CONFIDENCE, n_boot: int = BOOTSTRAP, seed: int = 0) -> dict | None:
@@ -65,10 +74,7 @@ def pooled_ratio(processes, *, confidence: float = CONFIDENCE, n_boot: int = BOO
     for _ in range(n_boot):
         chosen = [ratios[rng.randrange(len(ratios))] for _ in ratios]
         boot.append(_geomean([statistics.median(rng.choices(r, k=len(r))) for r in chosen]))
-    boot.sort()
-    tail = (1 - confidence) / 2
-    lo = boot[int(math.floor(tail * (n_boot - 1)))]
-    hi = boot[int(math.ceil((1 - tail) * (n_boot - 1)))]
+    lo, hi = percentile_interval(sorted(boot), confidence)
     lo, hi = min(lo, estimate), max(hi, estimate)
     return dict(ratio=estimate, lo=lo, hi=hi, half_width=max(estimate - lo, hi - estimate) / estimate,
                 processes=len(ratios), pairs=sum(len(r) for r in ratios), per_process=per_process)

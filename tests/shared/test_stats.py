@@ -157,3 +157,60 @@ def test_reproducibility_records_each_runs_machine_and_length(tmp_path):
     info = repro.run_info(run)
     assert (info["cpu"], info["amx"], info["cores"], info["commit"]) == ("Some CPU", True, 2, "abc")
     assert info["minutes"] == 15.0 and info["measurements"] == 1
+
+
+def test_pair_ratios_keep_only_pairs_with_a_positive_baseline_and_a_candidate():
+    pairs = [(2.0, 1.0), (1.0, 0.0), (1.0, -0.5), (1.0, -2.0), (None, 1.0), (1.0, None), (3.0, 2.0)]
+    assert pair_ratios(pairs) == [2.0, 1.5]
+    assert process_ratio([(1.0, 0.0)]) is None
+
+
+def test_percentile_interval_takes_the_outward_ranks():
+    from shared.study.stats import percentile_interval
+
+    # ranks floor(a (n-1)), ceil((1-a) (n-1)); products chosen away from floating-point ties
+    assert percentile_interval(list(range(2000))) == (49, 1950)  # 49.975 -> 49, 1949.025 -> 1950
+    assert percentile_interval(list(range(51)), 0.90) == (2, 48)  # 2.5 -> 2, 47.5 -> 48
+    assert percentile_interval(list(range(11)), 0.50) == (2, 8)  # 2.5 -> 2, 7.5 -> 8
+    assert percentile_interval(list(range(5)), 0.50) == (1, 3)  # exactly 1.0 and 3.0
+    assert percentile_interval([1.0], 0.95) == (1.0, 1.0)
+
+
+def test_pooled_ratio_interval_is_the_percentile_interval_of_its_bootstrap():
+    import math
+    import statistics
+
+    from shared.study.stats import percentile_interval
+
+    processes = [[(1.0 + 0.1 * i + 0.03 * j, 1.0) for j in range(5)] for i in range(4)]
+    s = pooled_ratio(processes, n_boot=50, seed=3)
+    # the bootstrap, written out: processes with replacement, then each one's pairs with replacement
+    ratios = [pair_ratios(p) for p in processes]
+    rng = random.Random(3)
+    boot = []
+    for _ in range(50):
+        chosen = [ratios[rng.randrange(len(ratios))] for _ in ratios]
+        meds = [statistics.median(rng.choices(r, k=len(r))) for r in chosen]
+        boot.append(math.exp(sum(map(math.log, meds)) / len(meds)))
+    lo, hi = percentile_interval(sorted(boot))
+    assert (s["lo"], s["hi"]) == (min(lo, s["ratio"]), max(hi, s["ratio"]))
+    assert s["half_width"] == max(s["ratio"] - s["lo"], s["hi"] - s["ratio"]) / s["ratio"]
+    assert s["per_process"] == [statistics.median(r) for r in ratios]
+    assert pooled_ratio(processes) == pooled_ratio(processes, n_boot=2000, seed=0)  # the defaults
+    with pytest.raises(TypeError):
+        pooled_ratio(processes, 0.9)  # options are keyword-only
+
+
+def test_is_tight_needs_two_processes_and_a_half_width_at_most_the_target():
+    assert is_tight(dict(processes=2, half_width=0.03))
+    assert is_tight(dict(processes=3, half_width=0.01))
+    assert not is_tight(dict(processes=1, half_width=0.0))
+    assert not is_tight(dict(processes=4, half_width=0.0301))
+    assert not is_tight(None) and not is_tight({})
+
+
+def test_compare_touching_intervals_tie_and_missing_summaries_give_none():
+    a, b = dict(lo=0.9, hi=1.0), dict(lo=1.0, hi=1.2)
+    assert compare(a, b) == "=" and compare(b, a) == "="
+    assert compare(None, b) is None and compare(a, None) is None and compare({}, b) is None
+    assert compare(dict(lo=None, hi=None), b) is None
