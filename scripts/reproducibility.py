@@ -81,8 +81,10 @@ def summarize(runs: list[dict[str, dict]]) -> dict:
         inside += ins
         checked += len(values)
         rows.append(dict(key=key, ratios=xs, max_over_min=spread, inside_others=ins, runs=len(values)))
-    worst = max((r["max_over_min"] for r in rows), default=None)
-    return dict(runs=len(runs), ratios=len(rows), worst_max_over_min=worst,
+    worst = max(rows, key=lambda r: r["max_over_min"], default=None)
+    beyond = sorted((r for r in rows if r["max_over_min"] > MAX_OVER_MIN), key=lambda r: -r["max_over_min"])
+    return dict(runs=len(runs), ratios=len(rows), worst_max_over_min=worst and worst["max_over_min"],
+                worst_key=worst and worst["key"], beyond_goal=[f"{r['key']} {r['max_over_min']:.2f}" for r in beyond],
                 within_goal=sum(r["max_over_min"] <= MAX_OVER_MIN for r in rows),
                 inside_share=inside / checked if checked else None, rows=rows,
                 goal=dict(max_over_min=MAX_OVER_MIN, inside_share=INSIDE_SHARE))

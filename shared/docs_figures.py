@@ -372,9 +372,9 @@ class Renderer:
     def render_block(self, key: str) -> str:
         source, _, rest = key.partition(":")
         kind, _, spec = rest.partition("/")
-        if source == "study" and kind == "table":
-            return self.study.table(spec)
-        raise FigureError(f"{key}: a block key is study:table/FRAMEWORK/COL,...")
+        if (source == "study" or source.startswith("study@")) and kind == "table":
+            return self.study_at(source.partition("@")[2] or STUDY_RECORDS).table(spec)
+        raise FigureError(f"{key}: a block key is study:table/FRAMEWORK/COL,... (or study@PATH:table/...)")
 
 
 def block_body(table: str) -> str:

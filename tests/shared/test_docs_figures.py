@@ -74,7 +74,7 @@ def test_records_behind_the_figures_are_committed():
     if not (ROOT / ".git").exists() or shutil.which("git") is None:
         pytest.skip("not a git checkout")
     paths = {df.STUDY_RECORDS} | {k.split(":")[1] for k in _keys(df.FIG) if k.startswith("json:")}
-    for k in _keys(df.FIG):
+    for k in _keys(df.FIG) + _keys(df.BLOCK):
         if k.startswith("study@"):
             path = k.split(":")[0].partition("@")[2]
             paths.add(path if path.endswith(".jsonl") else f"{path.rstrip('/')}/results.jsonl")
@@ -179,6 +179,7 @@ def test_another_runs_records_render_through_study_at(tmp_path):
     assert r.render("study@docs/records/run-0:ratio/torch.bptt/lstm/S1/train") == "1.30x [1.25, 1.36]"
     assert r.render("study@docs/records/run-0/results.jsonl:ratio/torch.bptt/lstm/S1/train") == "1.30x [1.25, 1.36]"
     assert r.render("study:ratio/torch.bptt/lstm/S1/train") != "1.30x [1.25, 1.36]"  # the committed study
+    assert "| torch.bptt | 1.30x [1.25, 1.36] |" in r.render_block("study@docs/records/run-0:table/all/lstm/S1/train")
     with pytest.raises(df.FigureError, match="no study records"):
         r.render("study@docs/records/run-9:ratio/torch.bptt/lstm/S1/train")
 
