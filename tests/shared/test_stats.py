@@ -90,6 +90,7 @@ def test_reproducibility_summary_counts_spread_and_values_inside_the_other_runs_
     b = next(r for r in s["rows"] if r["key"] == "b")
     assert b["max_over_min"] == pytest.approx(2.0 / 1.5) and b["inside_others"] == 0
     assert s["within_goal"] == 1 and s["inside_share"] == pytest.approx(0.5)
+    assert s["worst_key"] == "b" and s["beyond_goal"] == ["b 1.33"]
 
 
 def _script(name: str):
@@ -214,3 +215,9 @@ def test_compare_touching_intervals_tie_and_missing_summaries_give_none():
     assert compare(a, b) == "=" and compare(b, a) == "="
     assert compare(None, b) is None and compare(a, None) is None and compare({}, b) is None
     assert compare(dict(lo=None, hi=None), b) is None
+
+
+def test_half_width_is_the_larger_side_even_when_the_interval_is_wider_than_the_ratio():
+    s = pooled_ratio([[(0.1, 1.0)] * 3, [(10.0, 1.0)] * 3], n_boot=200)
+    assert s["ratio"] == pytest.approx(1.0) and s["lo"] == pytest.approx(0.1) and s["hi"] == pytest.approx(10.0)
+    assert s["half_width"] == pytest.approx(9.0)  # hi - ratio, not hi % ratio (= 0 here)
