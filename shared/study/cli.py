@@ -168,7 +168,7 @@ def register(subparsers) -> None:
                     "JSON lines; then print the table and write report.md, CSV and plots.")
     p.add_argument("--profile", choices=tuple(PROFILES), default="answer",
                    help="answer (default): LSTM and GRU on S1 and S2, every rung, forward and forward+backward, "
-                        "with intervals (about a quarter of an hour on 2 cores); full: also R1, the T and B "
+                        "with intervals (about half an hour on 2 cores, each measurement in 3-5 processes); full: also R1, the T and B "
                         "sweeps, the reduced precisions, the custom cells and S2 on one thread. Options given "
                         "explicitly override the profile's")
     p.add_argument("--cells", type=_cell_list, default=None,
