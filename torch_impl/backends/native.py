@@ -31,12 +31,12 @@ class _WithoutOneDNN:
         torch._C._set_mkldnn_enabled(self.was)
 
 
-def _kernel_context(module, x):
+def _kernel_context(kernel, x):
     # PyTorch 2.13 sends an LSTM under CPU autocast float16 with gradients enabled to oneDNN on CPUs
     # with AVX512-FP16, and oneDNN has no such primitive: nn.LSTM itself raises "could not create a
     # primitive descriptor for the LSTM forward propagation primitive" there.  ATen's own kernel,
     # the one every other CPU runs in this mode, computes it; so the rung gives one answer on all CPUs.
-    if (module.cell == "lstm" and not x.is_cuda and torch.is_grad_enabled()
+    if (kernel is _VF.lstm and not x.is_cuda and torch.is_grad_enabled()
             and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.float16):
         return _WithoutOneDNN()
     return nullcontext()
@@ -54,7 +54,7 @@ def run_module(module, x, batch_sizes, hx):
     kernel = KERNELS[module.cell]
     args = (module.bias, module.num_layers, module.dropout, module.training, module.bidirectional)
     state = hx if len(hx) == 2 else hx[0]
-    with _kernel_context(module, x):
+    with _kernel_context(kernel, x):
         if batch_sizes is None:
             out, *final = kernel(x, state, module._flat_weights, *args, module.batch_first)
         else:
