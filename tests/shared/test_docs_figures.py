@@ -151,26 +151,25 @@ def test_a_planted_table_edit_and_a_key_without_record_are_caught(tmp_path, rend
     assert status == 1 and key in said and "no measurement of torch.bptt lstm S9" in said
 
 
-def test_interval_fields_of_a_record_reach_the_rendered_ratio(tmp_path):
+def _bptt_records(train_s: float, ratio: float, lo: float, hi: float) -> list[dict]:
+    """A run of two LSTM S1 measurements: native, and bptt with a paired train ratio and interval."""
     base = dict(kind="measurement", cell="lstm", workload_name="S1", device="cpu", dtype="float32", status="ok",
                 group="main", forward_s=1.0, train_s=2.0, gflops_forward=10.0, gflops_train=15.0)
-    records = [{"kind": "meta", "run_id": "r", "started": "2026-01-01T00:00:00+00:00", "machine": {}},
-               dict(base, key="native", impl="torch.native", framework="torch", rung=6),
-               dict(base, key="bptt", impl="torch.bptt", framework="torch", rung=5, train_s=2.3,
-                    train_ratio=1.15, train_ratio_lo=1.11, train_ratio_hi=1.19)]
-    r = df.Renderer(_planted_root(tmp_path, "", records))
+    return [{"kind": "meta", "run_id": "r", "started": "2026-01-01T00:00:00+00:00", "machine": {}},
+            dict(base, key="native", impl="torch.native", framework="torch", rung=6),
+            dict(base, key="bptt", impl="torch.bptt", framework="torch", rung=5, train_s=train_s,
+                 train_ratio=ratio, train_ratio_lo=lo, train_ratio_hi=hi)]
+
+
+def test_interval_fields_of_a_record_reach_the_rendered_ratio(tmp_path):
+    r = df.Renderer(_planted_root(tmp_path, "", _bptt_records(2.3, 1.15, 1.11, 1.19)))
     assert r.render("study:ratio/torch.bptt/lstm/S1/train") == "1.15x [1.11, 1.19]"
     assert r.render("study:ratio/torch.bptt/lstm/S1/forward") == "1.00x"
     assert "| torch.bptt | 1.15x [1.11, 1.19] |" in r.render_block("study:table/all/lstm/S1/train")
 
 
 def test_another_runs_records_render_through_study_at(tmp_path):
-    base = dict(kind="measurement", cell="lstm", workload_name="S1", device="cpu", dtype="float32", status="ok",
-                group="main", forward_s=1.0, train_s=2.0, gflops_forward=10.0, gflops_train=15.0)
-    records = [{"kind": "meta", "run_id": "r", "started": "2026-01-01T00:00:00+00:00", "machine": {}},
-               dict(base, key="native", impl="torch.native", framework="torch", rung=6),
-               dict(base, key="bptt", impl="torch.bptt", framework="torch", rung=5, train_s=2.6,
-                    train_ratio=1.3, train_ratio_lo=1.25, train_ratio_hi=1.36)]
+    records = _bptt_records(2.6, 1.3, 1.25, 1.36)
     root = _planted_root(tmp_path, "")
     run = root / "docs" / "records" / "run-0"
     run.mkdir(parents=True)
