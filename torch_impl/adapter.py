@@ -22,7 +22,7 @@ from shared.spec import RNNSpec
 from . import backends
 from .modules import module_for
 
-from .precision import compute_context, storage_dtype as torch_dtype
+from .precision import compute_context, ieee_float32, storage_dtype as torch_dtype
 
 
 def build_module(spec: RNNSpec, backend: str, params: Mapping[str, np.ndarray] | None = None, *,
@@ -73,7 +73,10 @@ class TorchAdapter:
         if has_c and (h0 is None) != (c0 is None):
             raise ValueError(f"an LSTM-family cell ({spec.cell}) takes h0 and c0 together or not at all")
         tdtype = torch_dtype(dtype)
-        module = build_module(spec, self.key, params, dtype=dtype, device=device).eval()
+        # Training mode when gradients are asked for: cuDNN computes an RNN's backward only in
+        # training mode.  The vectors have no dropout, so both modes compute the same function.
+        module = build_module(spec, self.key, params, dtype=dtype, device=device)
+        module.train(cotangents is not None and spec.dropout == 0)
 
         def tensor(a):
             return torch.tensor(np.asarray(a), dtype=tdtype, device=device, requires_grad=True)
@@ -97,7 +100,7 @@ class TorchAdapter:
                 result["c_n"] = c_n
             grads = {}
         if cotangents is not None:  # backward outside autocast, as autocast's recipe has it
-            with torch.enable_grad():
+            with torch.enable_grad(), ieee_float32():
                 loss = sum((value * torch.as_tensor(np.asarray(cotangents[key]), dtype=tdtype, device=device)).sum()
                            for key, value in result.items())
                 inputs = {"grad/x": x_t}
@@ -131,7 +134,7 @@ class TorchWorkload:
                  device: str, seed: int, lengths=None):
         self.spec, self.device, self.dtype = spec, device, dtype
         rng = np.random.default_rng(seed)
-        self.module = build_module(spec, backend, init_params(spec, rng), dtype=dtype, device=device).eval()
+        self.module = build_module(spec, backend, init_params(spec, rng), dtype=dtype, device=device)
         shape = (batch, seq_len, spec.input_size) if spec.batch_first else (seq_len, batch, spec.input_size)
         tdtype = torch_dtype(dtype)
         self.x = torch.tensor(rng.standard_normal(shape), dtype=tdtype, device=device, requires_grad=True)
@@ -154,15 +157,20 @@ class TorchWorkload:
         return loss if c_n is None else loss + c_n.sum()
 
     def forward(self) -> None:
+        self.module.eval()  # inference as a user runs it
         with torch.no_grad():
             self._run()
         _sync(self.device)
 
     def train_step(self) -> None:
-        # Gradients set to None first, so every step does the same work (no accumulation).
+        # Training mode as a user trains (cuDNN's RNN backward requires it); gradients set to
+        # None first, so every step does the same work (no accumulation).
+        self.module.train()
         self.module.zero_grad(set_to_none=True)
         self.x.grad = None
-        self._loss().backward()
+        loss = self._loss()
+        with ieee_float32():
+            loss.backward()
         _sync(self.device)
 
 

@@ -17,10 +17,33 @@ def storage_dtype(name: str) -> torch.dtype:
     return DTYPES[precision(name).storage]
 
 
+@contextlib.contextmanager
+def ieee_float32():
+    """cuDNN and cuBLAS compute float32 as float32, not TF32, inside this context.
+
+    PyTorch lets cuDNN use TF32 by default (`torch.backends.cudnn.allow_tf32`), so on an
+    Ampere or newer GPU `nn.LSTM` in "float32" carries about 10 mantissa bits: more than a
+    hundred times the float32 bound, and not the arithmetic the other rungs do.  Both flags
+    are restored on exit.  No effect on the CPU.
+    """
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def compute_context(name: str, device_type: str):
-    """`torch.autocast(device_type, compute dtype)` for a mixed precision, else a no-op context."""
+    """The precision `name` in force: IEEE float32 (`ieee_float32`), plus
+    `torch.autocast(device_type, compute dtype)` for a mixed precision.  A backward run
+    outside it (autocast's recipe) takes `ieee_float32()` alone."""
     p = precision(name)
-    return torch.autocast(device_type, dtype=DTYPES[p.compute]) if p.mixed else contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(ieee_float32())
+    if p.mixed:
+        stack.enter_context(torch.autocast(device_type, dtype=DTYPES[p.compute]))
+    return stack
 
 
 def precision_name(weight_dtype: torch.dtype, device_type: str) -> str:

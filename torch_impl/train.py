@@ -29,7 +29,7 @@ from shared.tasks import Batch, TrainConfig, TrainResult
 from shared.precision import precision
 
 from .adapter import torch_dtype as _torch_dtype
-from .precision import compute_context
+from .precision import compute_context, ieee_float32
 
 __all__ = ["RNNRegressor", "train", "hidden_grad_norms", "evaluate_mse", "make_rnn"]
 
@@ -132,11 +132,12 @@ def train(config: TrainConfig, backend: str = "native", dtype: str = "float64", 
         with compute_context(dtype, torch.device(device).type):
             pred = model(x, lengths, last)
         loss = nn.functional.mse_loss(pred.to(y.dtype), y)  # the loss in the storage dtype, as autocast's recipe
-        if scaler is None:
-            loss.backward()
-        else:
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
+        with ieee_float32():
+            if scaler is None:
+                loss.backward()
+            else:
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
         norms[k] = float(nn.utils.clip_grad_norm_(parameters, config.clip_norm))
         if scaler is None:
             opt.step()

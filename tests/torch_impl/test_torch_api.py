@@ -265,3 +265,69 @@ def test_constructor_rejects_bad_sizes_like_nn():
         torch_impl.LSTM(3, 4, num_layers=2, dropout=1.5)
     with pytest.raises(ValueError, match="hidden_size"):
         torch_impl.GRU(3, 0)
+
+
+# ---- the mode and the arithmetic a measurement or a parity case runs in ------------------------
+
+@pytest.fixture
+def tf32_allowed():
+    """Both TF32 flags on (a user's choice the rungs must override), restored afterwards."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def _record_flags_and_mode(module, seen):
+    """Record (training, cuDNN TF32, cuBLAS TF32) in the forward and again in the backward."""
+    def flags(tag):
+        return tag, module.training, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+
+    def hook(mod, args, out):
+        seen.append(flags("forward"))
+        output = out[0].data if isinstance(out[0], PackedSequence) else out[0]
+        if output.requires_grad:
+            output.register_hook(lambda g: seen.append(flags("backward")))
+    module.register_forward_hook(hook)
+
+
+@pytest.mark.parametrize("backend", ["native", "eager"])
+def test_workloads_train_in_training_mode_and_infer_in_eval_mode_in_ieee_float32(backend, tf32_allowed):
+    """cuDNN computes an RNN's backward only in training mode, and PyTorch lets cuDNN use TF32
+    for float32 by default: a measurement trains as a user trains, infers as a user infers,
+    and computes float32 as float32 in both passes; the user's flags come back afterwards."""
+    from shared.spec import RNNSpec
+    from torch_impl.adapter import get_adapter
+    wl = get_adapter(backend).make_workload(RNNSpec("lstm", 4, 5), seq_len=3, batch=2)
+    seen = []
+    _record_flags_and_mode(wl.module, seen)
+    wl.forward()
+    wl.train_step()
+    assert seen == [("forward", False, False, False), ("forward", True, False, False),
+                    ("backward", True, False, False)]
+    assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+
+
+def test_run_case_computes_gradients_in_training_mode_and_ieee_float32(monkeypatch, tf32_allowed):
+    import numpy as np
+
+    from shared.params import init_params
+    from shared.spec import RNNSpec
+    from torch_impl import adapter
+    spec = RNNSpec("gru", 3, 4)
+    rng = np.random.default_rng(0)
+    params, x = init_params(spec, rng), rng.standard_normal((3, 2, 3))
+    seen = []
+    build = adapter.build_module
+
+    def recording_build(*args, **kwargs):
+        module = build(*args, **kwargs)
+        _record_flags_and_mode(module, seen)
+        return module
+    monkeypatch.setattr(adapter, "build_module", recording_build)
+    cot = {"output": rng.standard_normal((3, 2, 4)), "h_n": rng.standard_normal((1, 2, 4))}
+    adapter.get_adapter("native").run_case(spec, params, x, dtype="float32")
+    adapter.get_adapter("native").run_case(spec, params, x, cotangents=cot, dtype="float32")
+    assert seen == [("forward", False, False, False), ("forward", True, False, False),
+                    ("backward", True, False, False)]
+    assert torch.backends.cudnn.allow_tf32
