@@ -34,11 +34,21 @@ def _enable_x64_if(dtype: str) -> None:
 
 
 def _jit(fn, dev):
-    """`jax.jit` with rnnbench's XLA options for `dev`'s platform (`jax_impl.xla_options`)."""
+    """`jax.jit` with rnnbench's XLA options for `dev`'s platform (`jax_impl.xla_options`),
+    called in IEEE float32 (`precision.ieee_float32`: the float32 the vectors judge)."""
+    import functools
+
     import jax
 
+    from .precision import ieee_float32
     from .xla_options import compiler_options
-    return jax.jit(fn, compiler_options=compiler_options(dev.platform) or None)
+    jitted = jax.jit(fn, compiler_options=compiler_options(dev.platform) or None)
+
+    @functools.wraps(fn)
+    def call(*args):
+        with ieee_float32():
+            return jitted(*args)
+    return call
 
 
 def _check_device_name(device: str) -> str:

@@ -55,7 +55,66 @@ def unavailable_reason() -> str | None:
     if not gpus:
         return (f"jax.experimental.rnn.lstm runs cuDNN kernels and needs a CUDA GPU; JAX sees only "
                 f"{', '.join(sorted({d.platform for d in jax.devices()}))}")
-    return None
+    return self_check(gpus[0])
+
+
+_CHECKED: dict = {}
+SELF_CHECK_ATOL = 1e-4  # float32 agreement is about 1e-6 here; the failure seen was 0.1 to 2.6
+
+
+def self_check(device) -> str | None:
+    """Why this jaxlib's cuDNN LSTM does not compute PyTorch's LSTM on `device` (None when it does).
+
+    A 2-layer bidirectional LSTM with initial state and unsorted lengths, outputs and every
+    gradient under `jit` + `vjp`, against the `scan` rung on the same device in IEEE
+    float32.  With jax 0.11.2 and cuDNN 9.19 on an H200, `jax.experimental.rnn.lstm` under
+    jit + vjp disagreed with the reference by 0.1 to 2.6 on every output and gradient (its
+    eager forward agreed), so the rung checks before it runs: an answer that is silently
+    wrong is worse than none.  Once per device and process (about a second on a GPU).
+    """
+    if device in _CHECKED:
+        return _CHECKED[device]
+    import numpy as np
+
+    import jax_impl
+    from shared.params import init_params
+
+    from ..precision import ieee_float32
+
+    spec = RNNSpec("lstm", 3, 4, num_layers=2, bidirectional=True)
+    rng = np.random.default_rng(0)
+    T, B = 5, 3
+    put = lambda a: jax.device_put(jnp.asarray(a, jnp.float32), device)  # noqa: E731
+    params = {k: put(v) for k, v in init_params(spec, rng).items()}
+    x, h0, c0 = (put(rng.standard_normal(shape)) for shape in ((T, B, 3), (4, B, 4), (4, B, 4)))
+    lengths = jax.device_put(jnp.asarray([T, 2, 4], jnp.int32), device)
+
+    cotangents = tuple(put(rng.standard_normal(shape)) for shape in ((T, B, 8), (4, B, 4), (4, B, 4)))
+
+    def outputs_and_gradients(backend):
+        def f(params, x, h0, c0):
+            if backend == "cudnn":  # the kernel itself: jax_impl.rnn would ask for this check again
+                return _lstm(spec, flat_weights(spec, params), x, h0, c0, lengths, False)
+            out, (h_n, c_n) = jax_impl.rnn(params, x, (h0, c0), cell="lstm", lengths=lengths, num_layers=2,
+                                           bidirectional=True, backend=backend)
+            return out, h_n, c_n
+
+        def both(*args):
+            out, vjp = jax.vjp(f, *args)
+            return out, vjp(cotangents)
+        return jax.jit(both)(params, x, h0, c0)
+
+    try:
+        with ieee_float32():
+            got, want = (jax.tree_util.tree_leaves(outputs_and_gradients(b)) for b in ("cudnn", "scan"))
+        worst = max(float(jnp.max(jnp.abs(g - w))) for g, w in zip(got, want))
+        reason = None if worst <= SELF_CHECK_ATOL else (
+            f"jax.experimental.rnn.lstm (jax {jax.__version__}) failed jax.cudnn's self-check on {device}: "
+            f"outputs and gradients differ from the scan rung by up to {worst:.3g} (bound {SELF_CHECK_ATOL:g})")
+    except Exception as e:  # a kernel that cannot run is unavailable, with its reason
+        reason = f"jax.cudnn's self-check could not run on {device}: {type(e).__name__}: {str(e)[:300]}"
+    _CHECKED[device] = reason
+    return reason
 
 
 def unsupported_reason(spec, *, lengths: bool = False, dtype: str = "float32", device: str | None = None):

@@ -248,6 +248,44 @@ def test_cudnn_unavailable_or_refusing_with_reasons():
     assert "float32" in cudnn.unsupported_reason(RNNSpec("lstm", 2, 3), lengths=False, dtype="float64")
 
 
+def _lstm_by_jax_reference(x, h0, c0, w, seq_lengths, input_size, hidden_size, num_layers, dropout, bidirectional,
+                           precision=None):
+    """`jax.experimental.rnn.lstm`'s contract computed by jax's own `lstm_ref` (runs on the CPU)."""
+    from jax.experimental import rnn
+    W_ih, W_hh, b_ih, b_hh = rnn.unpack_lstm_weights(w, input_size, hidden_size, num_layers, bidirectional)
+    return rnn.lstm_ref(x, h0, c0, W_ih, W_hh, b_ih, b_hh, seq_lengths, input_size, hidden_size, num_layers,
+                        dropout, bidirectional)
+
+
+@pytest.mark.parametrize("scale, passes", [(1.0, True), (1.001, False)])
+def test_cudnn_self_check_admits_a_right_kernel_and_refuses_a_wrong_one(monkeypatch, scale, passes):
+    """jax.cudnn runs only where the kernel, under jit + vjp, agrees with the scan rung: on an
+    H200 with jax 0.11.2 it did not, by 0.1 to 2.6.  Here the kernel is jax's own reference
+    (right), or the same answer a part in a thousand off (wrong), on the CPU."""
+    from jax.experimental import rnn
+    monkeypatch.setattr(rnn, "lstm", lambda *a: tuple(v * scale for v in _lstm_by_jax_reference(*a)))
+    monkeypatch.setattr(cudnn, "_CHECKED", {})
+    cpu = jax.devices("cpu")[0]
+    monkeypatch.setattr(jax, "devices", lambda *a: [cpu])  # unavailable_reason sees a "GPU"
+    reason = cudnn.unavailable_reason()
+    assert (reason is None) == passes, reason
+    if not passes:
+        assert "self-check" in reason and "differ from the scan rung" in reason
+    assert cudnn._CHECKED == {cpu: reason}  # once per device and process
+
+
+def test_the_jax_rungs_compute_float32_in_ieee_float32():
+    """XLA may run float32 products in TF32 on a GPU; every jitted parity case and workload is
+    called under `default_matmul_precision("highest")` (part of jit's cache key)."""
+    from jax_impl import adapter
+    seen = []
+    f = adapter._jit(lambda a: (seen.append(jax.config.jax_default_matmul_precision), a @ a)[1],
+                     jax.devices("cpu")[0])
+    f(jnp.ones((2, 2), jnp.float32))
+    assert seen == ["highest"]
+    assert jax.config.jax_default_matmul_precision is None  # only inside the call
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not any(d.platform == "gpu" for d in jax.devices()), reason="needs a CUDA GPU")
 def test_cudnn_matches_reference_on_gpu():
