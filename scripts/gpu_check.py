@@ -95,18 +95,25 @@ def plan(device: str, out: Path, quick: bool) -> list[tuple[str, list[str], floa
     if quick:
         parity += ["--impls", "torch.native,jax.scan", "--cases", "lstm_default", "--dtypes", "float32"]
     else:
-        parity += ["--quick", "--dtypes", "float32,float64,bfloat16,amp_bfloat16,float16,amp_float16"]
-    steps.append(("parity", parity, 60 if quick else 150))
+        # Every XLA and Inductor cell compiles; all six dtypes took longer than the device lease
+        # allows, so the GPU proof covers full float32 and the mixed precision users train in.
+        parity += ["--quick", "--dtypes", "float32,amp_bfloat16"]
+    steps.append(("parity", parity, 60 if quick else 120))
     study = [py, "-m", "shared.cli", "compare", "--device", device, "--out", str(out / "study"), "--no-progress",
              "--sweeps", "none", "--timeout", "120"]
     if quick:
+        # The dry run checks the plumbing: float32 only (a CPU without bfloat16 arithmetic took
+        # longer than the step's limit over amp_bfloat16), one process per measurement.
         study += ["--workloads", "quick", "--impls", "torch.native,torch.eager,jax.scan", "--cells", "lstm",
-                  "--repeats", "3", "--precisions", "amp_bfloat16", "--budget", "0.2", "--min-time", "0.05",
-                  "--processes", "1"]  # the dry run checks the plumbing; one process per measurement
+                  "--repeats", "3", "--precisions", "none", "--budget", "0.2", "--min-time", "0.05",
+                  "--processes", "1"]
     else:
-        study += ["--workloads", "S1,DB-H512-B64-T150", "--cells", "lstm,gru", "--repeats", "10", "--budget", "1",
-                  "--precisions", "amp_bfloat16,amp_float16", "--processes", "2"]
-    steps.append(("study", study, 90 if quick else 200))  # partial results survive a timeout
+        # Sized to the lease (15 device minutes, start included): one GPU-sized workload, the
+        # rungs a user chooses between, two processes per ratio.
+        study += ["--workloads", "DB-H512-B64-T150", "--cells", "lstm", "--repeats", "10", "--budget", "0.5",
+                  "--impls", "torch.native,torch.eager,torch.compile,torch.bptt,jax.scan,jax.bptt,jax.cudnn",
+                  "--precisions", "none", "--processes", "2", "--max-processes", "2"]
+    steps.append(("study", study, 120 if quick else 150))  # partial results survive a timeout
     return steps
 
 
@@ -119,7 +126,9 @@ def main(argv=None) -> int:
     quick = args.quick or args.device == "cpu"
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    # torch and JAX share the GPU in the test step: JAX takes memory as it needs it, not 75% up front.
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE=os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     summary = {"device": args.device, "quick": quick, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "steps": []}
     try:
         proc = subprocess.run([sys.executable, "-c", VERSIONS], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -479,7 +479,10 @@ def cmd_parity(args) -> int:
 
         def progress(cell):
             done[0] += 1
-            status.update(f"parity matrix: {done[0]} cells, last {cell.impl} {cell.case} {cell.dtype}: {cell.status}")
+            line = f"{done[0]} cells, last {cell.impl} {cell.case} {cell.dtype}: {cell.status}"
+            status.update(f"parity matrix: {line}")
+            if not console.is_terminal:  # a log keeps every cell, so a run cut short still says how far it got
+                console.print(line, highlight=False, soft_wrap=True)
 
         report = run_matrix(impls, cases, dtypes, device=args.device, subsets=subsets, progress=progress)
     training = None

@@ -28,7 +28,8 @@ def test_the_cuda_plan_covers_tests_parity_and_study(tmp_path):
     steps = {name: cmd for name, cmd, _ in gpu_check.plan("cuda", tmp_path, quick=False)}
     assert set(steps) == {"tests_gpu", "parity", "study"}
     assert "-m" in steps["tests_gpu"] and "gpu" in steps["tests_gpu"]
-    assert "cuda" in steps["parity"] and "amp_float16" in " ".join(steps["parity"])
+    assert "cuda" in steps["parity"] and "float32,amp_bfloat16" in " ".join(steps["parity"])
+    assert "jax.cudnn" in " ".join(steps["study"]) and "torch.native" in " ".join(steps["study"])
     assert sum(t for _, _, t in gpu_check.plan("cuda", tmp_path, quick=False)) <= 8 * 60  # one device command
 
 
@@ -53,4 +54,4 @@ def test_cpu_dry_run(tmp_path):
     assert summary["versions"]["torch"] and summary["verdict"] == "all steps ok"
     assert (tmp_path / "parity" / "parity.json").exists()
     report = (tmp_path / "study" / "report.md").read_text()
-    assert "## Precision" in report and "amp_bfloat16" in report
+    assert all(f"| {impl} " in report for impl in ("torch.eager", "jax.scan")), report
