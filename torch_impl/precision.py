@@ -26,12 +26,16 @@ def ieee_float32():
     hundred times the float32 bound, and not the arithmetic the other rungs do.  Both flags
     are restored on exit.  No effect on the CPU.
     """
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    # set_flags, not attribute assignment: PyTorch's own test harness freezes the cuDNN
+    # attributes (torch.backends.disable_global_flags), and the peer suites run under it.
+    cudnn_tf32, matmul_tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.set_flags(_allow_tf32=False, _fp32_precision=None)
+    torch.backends.cuda.matmul.allow_tf32 = False
     try:
         yield
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        torch.backends.cudnn.set_flags(_allow_tf32=cudnn_tf32, _fp32_precision=None)
+        torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
 
 
 def compute_context(name: str, device_type: str):

@@ -273,9 +273,26 @@ def test_constructor_rejects_bad_sizes_like_nn():
 def tf32_allowed():
     """Both TF32 flags on (a user's choice the rungs must override), restored afterwards."""
     saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.set_flags(_allow_tf32=True, _fp32_precision=None)  # attributes may be frozen
+    torch.backends.cuda.matmul.allow_tf32 = True
     yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    torch.backends.cudnn.set_flags(_allow_tf32=saved[0], _fp32_precision=None)
+    torch.backends.cuda.matmul.allow_tf32 = saved[1]
+
+
+def test_ieee_float32_works_where_pytorchs_test_harness_froze_the_flags(tf32_allowed):
+    """PyTorch's own test harness (which the peer suites import) freezes the cuDNN flags
+    (`torch.backends.disable_global_flags`): the rungs must still compute IEEE float32."""
+    from torch_impl.precision import ieee_float32
+    frozen = torch.backends.flags_frozen()
+    torch.backends.disable_global_flags()
+    try:
+        with ieee_float32():
+            assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+        assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    finally:
+        if not frozen:
+            setattr(torch.backends, "__allow_nonbracketed_mutation_flag", True)
 
 
 def _record_flags_and_mode(module, seen):
