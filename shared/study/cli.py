@@ -16,8 +16,10 @@ from .workloads import SWEEP_LEVELS, resolve
 DEFAULT_WORKLOADS = "S1,S2"
 # What `rnnbench compare` measures by default ("answer": the first answer a newcomer waits for) and
 # with --profile full (the whole grid); explicit options override either.
-PROFILES = {"answer": dict(workloads=DEFAULT_WORKLOADS, sweeps="none"),
-            "full": dict(workloads="S1,S2,R1", sweeps="small")}
+# The answer profile spends less per process (a shorter timed phase, at most four processes):
+# the interval comes from the spread between processes, which more pairs in one process do not narrow.
+PROFILES = {"answer": dict(workloads=DEFAULT_WORKLOADS, sweeps="none", budget=1.0, max_processes=4),
+            "full": dict(workloads="S1,S2,R1", sweeps="small", budget=2.0, max_processes=5)}
 REPORTS = Path("reports")
 
 
@@ -134,14 +136,14 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-time", type=float, default=0.25,
                    help="seconds a phase of fast calls is timed for at least, past --repeats "
                         "(at most 1000 calls, worker.MAX_TIMED_CALLS; default 0.25)")
-    p.add_argument("--budget", type=float, default=2.0,
+    p.add_argument("--budget", type=float, default=None,
                    help="seconds per timed phase after which timing stops (after at least 3 calls or 5 pairs; "
-                        "default 2)")
+                        "default 1, 2 with --profile full)")
     p.add_argument("--processes", type=_positive_int, default=3,
                    help="fresh processes per measurement, the unit of the ratio's interval (default 3)")
-    p.add_argument("--max-processes", type=_positive_int, default=5,
+    p.add_argument("--max-processes", type=_positive_int, default=None,
                    help="more processes, up to this many, for a measurement whose interval is still wider than "
-                        "--target (default 5; equal to --processes for a fixed count)")
+                        "--target (default 4, 5 with --profile full; equal to --processes for a fixed count)")
     p.add_argument("--target", type=float, default=0.03,
                    help="half-width of a tight 95%% interval, relative to the ratio (default 0.03: ±3%%)")
     p.add_argument("--timeout", type=float, default=240.0,
@@ -168,8 +170,8 @@ def register(subparsers) -> None:
                     "JSON lines; then print the table and write report.md, CSV and plots.")
     p.add_argument("--profile", choices=tuple(PROFILES), default="answer",
                    help="answer (default): LSTM and GRU on S1 and S2, every rung, forward and forward+backward, "
-                        "with intervals (about half an hour on 2 cores, each measurement in 3-5 processes); full: also R1, the T and B "
-                        "sweeps, the reduced precisions, the custom cells and S2 on one thread. Options given "
+                        "with intervals (each measurement in 3-4 processes; docs/study.md gives its length on "
+                        "2 cores); full: also R1, the T and B sweeps, the reduced precisions, the custom cells and S2 on one thread. Options given "
                         "explicitly override the profile's")
     p.add_argument("--cells", type=_cell_list, default=None,
                    help="comma-separated cells measured on every workload, forward and forward+backward: "
@@ -219,13 +221,18 @@ def _out_dir(args, prefix: str = "") -> Path:
     return REPORTS / (prefix + datetime.now().strftime("%Y%m%d-%H%M%S"))
 
 
+def _or_profile(value, name: str, profile: str = "answer"):
+    return PROFILES[profile][name] if value is None else value
+
+
 def _config(args, out: Path, **overrides):
     from .runner import DEFAULT_SWEEP_IMPLS, StudyConfig
 
     kw = dict(out=out, impls=args.impls, device=args.device, dtype=args.dtype, threads=args.threads,
               precisions=args.precisions if args.precisions is not None else [],
-              repeats=args.repeats, budget_s=args.budget, min_time_s=args.min_time, timeout=args.timeout,
-              processes=args.processes, max_processes=max(args.processes, args.max_processes),
+              repeats=args.repeats, budget_s=_or_profile(args.budget, "budget"), min_time_s=args.min_time,
+              timeout=args.timeout, processes=args.processes,
+              max_processes=max(args.processes, _or_profile(args.max_processes, "max_processes")),
               target_half_width=args.target,
               max_memory_gb=args.max_memory_gb,
               parity=args.parity, resume=args.resume, retry_failed=args.retry_failed,
@@ -273,6 +280,8 @@ def cmd_compare(args) -> int:
     workloads = args.workloads or resolve("gpu" if args.device == "cuda" else profile["workloads"])
     if args.sweeps is None:
         args.sweeps = profile["sweeps"]
+    args.budget = _or_profile(args.budget, "budget", args.profile)
+    args.max_processes = _or_profile(args.max_processes, "max_processes", args.profile)
     if args.precisions is None and not full:
         args.precisions = []
     if args.one_thread is None and not full:

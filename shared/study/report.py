@@ -67,7 +67,7 @@ def _protocol(meta: dict) -> str:
                 f"pairs, on for {meta.get('budget_s')} s a phase), in {meta['processes']} to "
                 f"{meta.get('max_processes')} fresh processes per measurement (more while the interval is wider "
                 f"than ±{100 * meta.get('target_half_width', 0.03):.0f}%); ratio: geometric mean over processes of "
-                f"each process's median pairwise ratio, [95% CI] from a bootstrap over processes and pairs "
+                f"each process's median pairwise ratio, [95% CI] Student's t over the processes' log ratios "
                 f"(shared/study/stats.py); first call (trace + compile) timed apart, in the first process with an "
                 f"empty torch compile cache; timeout {meta.get('timeout')} s a process")
     return (f"first call (trace + compile) timed apart; then {meta.get('repeats')} timed calls "
