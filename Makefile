@@ -14,7 +14,7 @@ ASV := $(VENV)/bin/asv
 RANGE ?= HEAD~5..HEAD
 BENCH_ARGS ?=
 
-.PHONY: venv run test ladder parity parity-quick parity-matrix bench bench-quick bench-history bench-compare gate-power reproducibility mutation bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
+.PHONY: venv run test ladder parity parity-quick parity-matrix bench bench-quick bench-history bench-history-sample bench-compare gate-power reproducibility mutation bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
 
 venv: $(STAMP)
 
@@ -69,7 +69,16 @@ mutation: venv
 	@[ -x .venv-mutation/bin/cosmic-ray ] || { $(PYTHON) -m venv .venv-mutation && .venv-mutation/bin/pip install --quiet -r requirements-mutation.txt; }
 	$(PY) scripts/mutation.py $(if $(MODULES),--modules $(MODULES))
 
+# The project's own history: the gate's benchmarks on COMMITS commits sampled from it, ROUNDS processes
+# each (about an hour; alone), results committed under docs/records/asv/results, verdicts in
+# docs/records/asv_history.json (scripts/asv_history.py).
+bench-history-sample: venv
+	$(PY) scripts/asv_history.py --commits $(or $(COMMITS),20) --rounds $(or $(ROUNDS),2)
+
+# Publish this machine's results with the committed history (docs/records/asv/results: every machine's
+# that was collected there; local files win), offline-ready.
 bench-publish: venv
+	mkdir -p .asv/results && cp -rn docs/records/asv/results/. .asv/results/
 	$(ASV) publish
 	$(PY) scripts/asv_offline.py .asv/html
 

@@ -50,7 +50,11 @@ import time
 from functools import lru_cache
 
 from shared import registry
-from shared.cell_modules import import_cell_modules
+try:
+    from shared.cell_modules import import_cell_modules
+except ImportError:  # an older commit (asv runs this suite against the project's history): no own cells then
+    def import_cell_modules():
+        return []
 from shared.cells import CELL_DEFS, STANDARD_CELLS, get_cell
 from shared.study.threads import DEFAULT_THREADS, pin_threads
 from shared.study.workloads import QUICK, Workload, profile_from_env
@@ -77,24 +81,52 @@ PARAMS = [registry.names(), list(CELL_DEFS), list(_BY_NAME), DTYPES]
 PARAM_NAMES = ["impl", "cell", "workload", "dtype"]
 
 
+def _older_api(fn, *args, **options):
+    """fn(*args, **options) without the options an older commit's fn does not take (float32 and the
+    CPU were all it had then, so dropping dtype/device asks the same question)."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        options = {k: v for k, v in options.items() if k in params}
+    return fn(*args, **options)
+
+
+# Names a rung had in older commits (asv runs this suite against the project's history).
+PREVIOUS_NAMES = {"torch.bptt": "torch.autograd"}
+
+
+def _row(impl: str):
+    try:
+        return registry.get(impl)
+    except KeyError:  # UnknownImplementationError
+        if impl not in PREVIOUS_NAMES:
+            raise NotImplementedError(f"{impl} is not in this commit's registry") from None
+        return registry.get(PREVIOUS_NAMES[impl])
+
+
 def _check(impl: str, cell: str, workload: str, dtype: str):
     """The adapter, or NotImplementedError (asv: skipped) saying why it cannot run."""
-    row = registry.get(impl)
+    row = _row(impl)
     w = _BUILDABLE[workload]
     spec = w.spec(cell)
-    reason = (row.unsupported_reason(spec, lengths=w.packed, dtype=dtype, device=DEVICE)
+    # asv runs this suite against the project's history too: older commits' workloads had no packed
+    # ones and their checks took fewer options (_older_api)
+    reason = (_older_api(row.unsupported_reason, spec, lengths=getattr(w, "packed", False), dtype=dtype,
+                         device=DEVICE)
               or row.unavailable_reason(DEVICE))
     if reason:
         raise NotImplementedError(reason)
-    registry.framework(row.framework).set_threads(THREADS)
+    if hasattr(registry, "framework"):  # older commits: the pinned environment was all there was
+        registry.framework(row.framework).set_threads(THREADS)
     return row.adapter(), w, spec
 
 
 def _build(impl: str, cell: str, workload: str, dtype: str):
     adapter, w, spec = _check(impl, cell, workload, dtype)
-    lengths = w.lengths(0)
-    wl = adapter.make_workload(spec, seq_len=w.seq_len, batch=w.batch, dtype=dtype, device=DEVICE, seed=0,
-                               **({} if lengths is None else {"lengths": lengths}))
+    lengths = w.lengths(0) if hasattr(w, "lengths") else None
+    wl = _older_api(adapter.make_workload, spec, seq_len=w.seq_len, batch=w.batch, dtype=dtype, device=DEVICE,
+                    seed=0, **({} if lengths is None else {"lengths": lengths}))
     for _ in range(2):  # first calls trace / compile; the second settles caches
         wl.forward()
         wl.train_step()
@@ -224,7 +256,9 @@ class RoofFraction:
     GEMMs alone would take at the best rates torch's libraries, or XLA's, reach at these
     shapes), rates and times taken in one process: higher is better, 1.0 is the bound."""
 
-    params = [registry.names(), list(STANDARD_CELLS), [n for n, w in _BY_NAME.items() if w.has_roof], ["float32"]]
+    # getattr: older commits' workloads (asv runs this suite against the project's history) all had a roof
+    params = [registry.names(), list(STANDARD_CELLS), [n for n, w in _BY_NAME.items() if getattr(w, "has_roof", True)],
+              ["float32"]]
     param_names = PARAM_NAMES
     timeout = 600
     repeat = 1
@@ -235,7 +269,7 @@ class RoofFraction:
         from shared.study.worker import roof_rows
 
         self.rung = _build(impl, cell, workload, dtype)
-        fw = registry.get(impl).framework
+        fw = _row(impl).framework
         w = _BY_NAME[workload]
         row = derive_roof(roof_rows([dict(cell=cell, workload=w.to_dict())], DEVICE, min_time=0.05,
                                     frameworks=(fw,))[0])
@@ -267,7 +301,7 @@ class FirstCall:
     number = 1
 
     def setup(self, impl, cell, workload, dtype):
-        row = registry.get(impl)
+        row = _row(impl)
         reason = (row.unsupported_reason(_BY_NAME[workload].spec(cell), dtype=dtype, device=DEVICE)
                   or row.unavailable_reason(DEVICE))
         if reason:
@@ -276,7 +310,7 @@ class FirstCall:
     def track_first_call_seconds(self, impl, cell, workload, dtype):
         from shared.study.runner import run_worker
 
-        row = registry.get(impl)
+        row = _row(impl)
         w = _BY_NAME[workload]
         job = dict(impl=impl, adapter_key=row.key, cell=cell, workload=w.to_dict(), device=DEVICE, dtype=dtype,
                    threads=THREADS, repeats=1, budget_s=0.0, warmup=0, parity=False, seed=0,

@@ -138,3 +138,42 @@ def test_paired_ratio_samples_become_asv_samples_appended_over_rounds(tmp_path):
     assert entry["stats_repeat"][i] == len(samples)
     assert entry["stats_ci_99_a"][i] <= entry["result"][i] <= entry["stats_ci_99_b"][i]
     assert 0 < entry["result"][i] < 100
+
+
+def _asv_history():
+    spec = importlib.util.spec_from_file_location("asv_history", ROOT / "scripts" / "asv_history.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_history_reads_every_verdict_of_asv_compare():
+    h = _asv_history()
+    name = "rnn.PairedRatio.track_train_ratio('torch.eager', 'lstm', 'quick', 'float32')"
+    row = h.compare_row
+    assert row(f"| +        | 2.10±0.1   | 2.60±0.2  | 1.24    | {name} |")["verdict"] == "slower"
+    assert row(f"| -        | 2.60±0.1   | 2.10±0.2  | 0.81    | {name} |")["verdict"] == "faster"
+    assert row(f"|          | 2.10±0.1   | 2.60±0.9  | ~1.24   | {name} |") == dict(
+        benchmark=name, before="2.10±0.1", after="2.60±0.9", ratio="1.24", verdict="beyond the factor, not significant")
+    assert row(f"|          | 2.10±0.1   | 2.12±0.1  | 1.01    | {name} |")["verdict"] == "unchanged"
+    assert row(f"| !        | 2.10±0.1   | failed    | n/a     | {name} |")["verdict"] == "failed at the later commit"
+    assert row(f"| *        | failed     | 2.10±0.1  | n/a     | {name} |")["verdict"] == "failed at the earlier commit"
+    assert row(f"|          | n/a        | n/a       | n/a     | {name} |") is None  # not measured at either
+    assert row("| Change   | Before [e5a78837]   | After [ddd1dd59]   | Ratio   | Benchmark (Parameter) |") is None
+    s = h.summarize([dict(base="a", head="b", rows=[row(f"| +  | 2.1 | 2.6 | 1.24 | {name} |"),
+                                                      row(f"|    | 2.1 | 2.1 | 1.00 | {name} |")])])
+    assert s["compared"] == 2 and s["counts"] == {"slower": 1, "unchanged": 1}
+    assert [r["verdict"] for r in s["significant"]] == ["slower"]
+
+
+def test_history_samples_commits_evenly_from_the_first_the_suite_can_import():
+    h = _asv_history()
+    if not (ROOT / ".git").exists():
+        pytest.skip("needs this repository's git history")
+    line = h.git("rev-list", "--first-parent", "--reverse", f"{h.FIRST}~1..HEAD").split()
+    picked = h.sample_commits(5)
+    assert picked[0] == line[0] and picked[-1] == line[-1] and len(picked) == min(5, len(line))
+    positions = [line.index(c) for c in picked]
+    gaps = [b - a for a, b in zip(positions, positions[1:])]
+    assert max(gaps) - min(gaps) <= 1  # evenly spaced
+    assert re.fullmatch(r"[A-Za-z0-9-]+-\d+cpu", h.machine_name())
