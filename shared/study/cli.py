@@ -11,7 +11,7 @@ from .. import cell_modules, precision, registry
 from ..cells import CELL_DEFS, STANDARD_CELLS
 from ..spec import CELLS
 from .threads import DEFAULT_THREADS
-from .workloads import SWEEP_LEVELS, resolve
+from .workloads import SPEC_EXAMPLE, SWEEP_LEVELS, resolve
 
 DEFAULT_WORKLOADS = "S1,S2"
 # What `rnnbench compare` measures by default ("answer": the first answer a newcomer waits for) and
@@ -183,7 +183,9 @@ def register(subparsers) -> None:
                    help="workloads of --custom-cells (default: the first of --workloads, S1)")
     p.add_argument("--workloads", type=_workloads, default=None,
                    help=f"workload or profile names (quick, cpu, gpu, S1, S2, S3, ...; default {DEFAULT_WORKLOADS}, "
-                        "gpu profile with --device cuda)")
+                        "gpu profile with --device cuda); your own model as a spec, e.g. "
+                        f"\"{SPEC_EXAMPLE}\" (fields T, B, I, H, layers, bidirectional, lengths, name), "
+                        "or @FILE with one spec or names a line; separate names and specs with ';'")
     p.add_argument("--sweeps", choices=SWEEP_LEVELS, default=None,
                    help="T and B sweeps for the plots (LSTM, --sweep-impls only): none (profile answer), small "
                         "(profile full), full")

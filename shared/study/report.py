@@ -129,6 +129,24 @@ def _machine_section(res: Results) -> list[str]:
     return lines + [""]
 
 
+def _workloads_section(res: Results) -> list[str]:
+    """The sizes of every workload measured (sweeps aside), a user's own specs among them."""
+    from .workloads import Workload
+
+    seen: dict[str, Workload] = {}
+    for m in res.measurements:
+        if isinstance(m.get("workload"), dict) and not str(m.get("group", "")).startswith("sweep"):
+            seen.setdefault(m["workload_name"], Workload.from_dict(m["workload"]))
+    if not seen:
+        return []
+    lines = ["## Workloads", "", "| workload | T | B | I | H | layers | directions | lengths |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for name, w in seen.items():
+        lines.append(f"| {name} | {w.seq_len} | {w.batch} | {w.input_size} | {w.hidden_size} | {w.num_layers} | "
+                     f"{2 if w.bidirectional else 1} | {f'{w.shortest}..{w.seq_len} (packed)' if w.packed else 'all T'} |")
+    return lines + [""]
+
+
 def _roof_section(res: Results) -> list[str]:
     if not res.roofs:
         return ["## GEMM roof", "", "Not measured in this run.", ""]
@@ -416,6 +434,7 @@ def write_report(results_path: Path, out_dir: Path | None = None, *, command: st
              + (f" by `{command}`" if command else "") + ".", ""]
     lines += _answer_section(res)
     lines += _machine_section(res)
+    lines += _workloads_section(res)
     lines += _roof_section(res)
     lines += ["## Results", "",
               "Median times; `×native` is the ratio to `torch.native` (float32 nn.LSTM / nn.GRU) of the same cell "
