@@ -195,6 +195,11 @@ def register(subparsers) -> None:
                    help="workloads measured forward again on 1 thread, with their GEMM roof, for the report's "
                         "threads section (LSTM, torch.native,torch.bptt,jax.scan,jax.bptt); default: the "
                         "batch-1 workloads among --workloads (S2) when --threads > 1; 'none' for none")
+    p.add_argument("--cluster", default=None, metavar="ADDRESS",
+                   help="run the measurements as tasks on a Ray cluster (host:port of its head, or auto): each node "
+                        "advertises measurement slots (ray start --resources '{\"rnnbench_slot\": 1}'; one per GPU on "
+                        "a GPU node) and each measurement takes one; records name the machine they ran on and the report "
+                        "compares times only within a machine (docs/cluster.md). Default: here, no Ray")
     _add_measure_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -255,6 +260,10 @@ def _run_or_explain(config, progress: bool):
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return run_study(config, progress=progress)
+    except RuntimeError as e:
+        if type(e).__name__ == "ClusterError":  # the cluster module is not imported without --cluster
+            raise SystemExit(f"rnnbench: {e}") from None
+        raise
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished measurement is in {config.out / 'results.jsonl'}; "
               f"continue by running the same command with `--resume --out {config.out}`", file=sys.stderr)
@@ -280,7 +289,7 @@ def cmd_compare(args) -> int:
     if args.one_thread is None and not full:
         args.one_thread = []
     out = _out_dir(args)
-    config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps,
+    config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps, cluster=args.cluster,
                      sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS), custom_cells=custom,
                      custom_workloads=args.custom_workloads or workloads[:1],
                      precisions=list(precision.REDUCED) if args.precisions is None else args.precisions,
