@@ -124,7 +124,7 @@ def measure_on_node(command: str, job: dict, options: dict) -> dict:
     started = time.time()
     rec = run_worker(command, job, timeout=options["timeout"], max_rss_bytes=max_rss, env=env, preexec_fn=preexec)
     rec.update(started=started, ended=time.time(), node_id=node_id,
-               node_load_average=list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
+               node_load_average=[round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None)
     return rec
 
 

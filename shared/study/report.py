@@ -127,6 +127,11 @@ def _machine_section(res: Results) -> list[str]:
     lines.append(f"- Libraries: {versions}; Python {m.get('python')}; {m.get('os')}")
     if m.get("git_commit"):
         lines.append(f"- rnnbench commit: {m['git_commit']}")
+    commits = sorted({r["machine"]["git_commit"] for r in res.measurements
+                      if isinstance(r.get("machine"), dict) and r["machine"].get("git_commit")})
+    if len(commits) > 1:  # a cluster's nodes should all run one checkout
+        lines.append(f"- ⚠ the measurements ran at {len(commits)} commits ({', '.join(commits)}): the nodes' checkouts "
+                     "differ, so rows may compare different code")
     if meta.get("argv") is not None:
         lines.append(f"- Command: `rnnbench {' '.join(meta['argv'])}`")
     verdict, busy = quiet_verdict(res)

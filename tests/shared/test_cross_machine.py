@@ -133,9 +133,10 @@ def test_one_cluster_file_of_two_machines_splits_like_two_runs(two_runs, tmp_pat
     records = [meta, dict(kind="machine", run_id="c", machine_class=a, machine=MACHINE_A, nodes=["n1"]),
                dict(kind="machine", run_id="c", machine_class=b, machine=MACHINE_B, nodes=["n2"])]
     for cls, machine, name, native_s in ((a, MACHINE_A, "a", 0.4), (b, MACHINE_B, "b", 0.1)):
-        records += [dict(r, run_id="c", machine_class=cls, node_id=f"n{name}", node_load_average=[1.0, 1.0, 1.0])
-                    for r in study_records(machine, RATIOS[name.upper()], name, native_s)
-                    if r["kind"] == "measurement"]
+        records += [dict(r, run_id="c", machine_class=cls, node_id=f"n{name}", node_load_average=[1.0, 1.0, 1.0],
+                     machine=dict(machine, git_commit="abc1234" if cls == a or r["impl"] != "jax.bptt" else "def5678"))
+                for r in study_records(machine, RATIOS[name.upper()], name, native_s)
+                if r["kind"] == "measurement"]
     records.append(dict(kind="end", run_id="c"))
     groups = machine_groups(records)
     assert list(groups) == [a, b] and groups[a].nodes == ["n1"]
@@ -149,6 +150,8 @@ def test_one_cluster_file_of_two_machines_splits_like_two_runs(two_runs, tmp_pat
     text = write_report(path).read_text()
     assert "- lstm S1 training: jax.bptt on M1, torch.bptt on M2" in text
     assert "Ray cluster `fixture:6379`: 1 node(s) of this machine (h1 `n1`" in text
+    m1, m2 = text[text.index("## M1:"):text.index("## M2:")], text[text.index("## M2:"):]
+    assert "the measurements ran at 2 commits (abc1234, def5678)" in m2 and "commits (" not in m1
 
 
 def test_one_machine_gives_the_one_machine_report(two_runs, tmp_path):
