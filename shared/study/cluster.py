@@ -203,8 +203,13 @@ def connect(address: str):
 
 
 class Driver:
-    def __init__(self, config: StudyConfig, results: Path, previous: list[dict], names: list[str], log, progress):
-        import ray
+    """The scheduler.  `ray`: the Ray module, or a stand-in with its API (scripts/cluster_simulate.py
+    replays a recorded run's task durations through this same scheduler)."""
+
+    def __init__(self, config: StudyConfig, results: Path, previous: list[dict], names: list[str], log, progress,
+                 ray=None):
+        if ray is None:
+            import ray
 
         self.ray, self.config, self.results, self.log, self.progress = ray, config, results, log, progress
         self.names = names

@@ -1,0 +1,56 @@
+"""The cluster driver's scheduler on a virtual clock (scripts/cluster_simulate.py): the rules it
+keeps (process k of a measurement after process k-1, one task per slot) and the wall time it
+gives a known set of task durations.  No Ray processes: a stand-in for Ray's API."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+
+from shared.study import workloads  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("cluster_simulate", ROOT / "scripts" / "cluster_simulate.py")
+cluster_simulate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cluster_simulate)
+QUICK = workloads.resolve("quick")[0]
+
+
+def recorded_run(tmp_path, durations: dict[str, tuple[float, ...]]) -> Path:
+    """A local run's records: each implementation's processes with the given wall times."""
+    records = [dict(kind="meta", run_id="r", device="cpu", threads=2, processes=2, max_processes=2, timeout=60,
+                    target_half_width=0.03, machine=dict(cpu="fixture", threads=2, device="cpu"))]
+    for index in range(2):
+        for impl, walls in durations.items():
+            key = f"{impl}|lstm|quick|cpu|float32"
+            records.append(dict(kind="measurement", run_id="r", key=key + (f"#p{index}" if index else ""),
+                                process=index, impl=impl, framework="fake", rung=0, group="main", cell="lstm",
+                                workload=QUICK.to_dict(), workload_name="quick", device="cpu", dtype="float32",
+                                threads=2, parity=False, status="ok", wall_s=walls[index], baseline=None))
+    path = tmp_path / "results.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return path
+
+
+def test_the_schedule_keeps_the_order_of_processes_and_one_task_per_slot(tmp_path):
+    # A's first process is long: its second may not start before it ends, while B, C, D go on
+    path = recorded_run(tmp_path, {"a": (4, 4), "b": (1, 1), "c": (1, 1), "d": (1, 1)})
+    assert cluster_simulate.simulate(path, 1)["wall_s"] == 14  # one node: every task after another
+    # two nodes: a0 0-4 | b0 0-1, c0 1-2, d0 2-3, b1 3-4 (a1 waits for a0), then a1 4-8 | c1 4-5, d1 5-6
+    assert cluster_simulate.simulate(path, 2) == {"wall_s": 8, "tasks": 8}
+    assert cluster_simulate.simulate(path, 8)["wall_s"] == 8  # a's two processes in a row bound it
+
+
+def test_the_record_says_it_is_a_simulation(tmp_path, capsys):
+    path = recorded_run(tmp_path, {"a": (2, 2), "b": (2, 2)})
+    out = tmp_path / "sim.json"
+    assert cluster_simulate.main([str(path), "--nodes", "2", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["simulated"] is True and "not a measurement" in record["what"]
+    assert record["nodes"]["2"] == {"wall_s": 4, "speedup": 2.0, "efficiency": 1.0}
+    assert "2 node(s): 4 s simulated, 2.00x" in capsys.readouterr().out
