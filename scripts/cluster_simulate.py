@@ -61,7 +61,8 @@ class VirtualRay:
         self.roof_passes: dict[int, int] = defaultdict(int)  # threads -> roof passes started
 
     def nodes(self):
-        return [{"NodeID": f"{i:056x}", "Alive": True, "Resources": {SLOT: 1.0}, "NodeManagerHostname": f"sim{i}"}
+        return [{"NodeID": f"{i:08x}".ljust(56, "0"), "Alive": True, "Resources": {SLOT: 1.0},
+                 "NodeManagerHostname": f"sim{i}"}
                 for i in range(1, self.n + 1)]
 
     def remote(self, fn):

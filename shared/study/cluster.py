@@ -192,10 +192,13 @@ def connect(address: str):
     import ray
 
     try:
+        host, _, port = address.rpartition(":")
+        if host and port.isdigit() and "://" not in address:  # Ray would retry a dead address for minutes
+            socket.create_connection((host, int(port)), timeout=10).close()
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
                  configure_logging=True)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise ClusterError(f"cannot reach a Ray cluster at {address!r}: {e}. Start one first: "
+    except (OSError, RuntimeError, ValueError) as e:  # ConnectionError is an OSError
+        raise ClusterError(f"cannot reach a Ray cluster at {address!r}: {str(e).rstrip('.')}. Start one first: "
                            f"`ray start --head --resources '{{\"{SLOT}\": 1}}'` on one machine and "
                            f"`ray start --address=HEAD:6379 --resources '{{\"{SLOT}\": 1}}'` on the others "
                            "(docs/cluster.md)") from None

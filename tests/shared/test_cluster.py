@@ -210,3 +210,11 @@ def test_a_node_removed_under_a_measurement_loses_nothing(cluster, tmp_path):
     # the lost measurement's process died with its node's worker instead of running beside the retry
     assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
     assert json.dumps(records)  # every record is plain JSON
+
+
+def test_an_unreachable_cluster_is_refused_at_once_with_what_to_do(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "shared.cli", "compare", "--cluster", "127.0.0.1:9", "--workloads",
+                           "quick", "--out", str(tmp_path / "out"), "--no-progress"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "cannot reach a Ray cluster at '127.0.0.1:9'" in proc.stderr, proc.stderr
+    assert "rnnbench_slot" in proc.stderr and not (tmp_path / "out" / "results.jsonl").exists()

@@ -54,3 +54,69 @@ def test_the_record_says_it_is_a_simulation(tmp_path, capsys):
     assert record["simulated"] is True and "not a measurement" in record["what"]
     assert record["nodes"]["2"] == {"wall_s": 4, "speedup": 2.0, "efficiency": 1.0}
     assert "2 node(s): 4 s simulated, 2.00x" in capsys.readouterr().out
+
+
+class FlakyRay(cluster_simulate.VirtualRay):
+    """Measurement tasks of the named implementations are lost (their Ray worker crashed) on their
+    first `losses[impl]` attempts."""
+
+    def __init__(self, *args, losses: dict[str, int]):
+        super().__init__(*args)
+        self.losses = dict(losses)
+
+    def start(self, name, node, args):
+        ref = super().start(name, node, args)
+        impl = args[1].get("impl") if name == "measure_on_node" else None
+        if self.losses.get(impl):
+            self.losses[impl] -= 1
+            self.processes[args[1]["key"]] -= 1  # the lost one is measured again: the same process
+            ref.value = self.exceptions.WorkerCrashedError()
+        return ref
+
+    def get(self, ref):
+        if isinstance(ref.value, Exception):
+            raise ref.value
+        return ref.value
+
+
+def replay(tmp_path, ray, previous=()):
+    run = cluster_simulate.Recorded(tmp_path / "results.jsonl")
+    out = tmp_path / "cluster"
+    out.mkdir(exist_ok=True)
+    config = run.config(out)
+    config.resume = bool(previous)
+    driver = cluster_simulate.Replay(run, config, out / "results.jsonl", list(previous), ["a", "b"],
+                                     lambda *a: None, False, ray=ray)
+    from shared.study.runner import read_records
+    return read_records(driver.run())
+
+
+def test_a_lost_task_is_measured_again_once_on_another_node_then_recorded_failed_and_resumed(tmp_path):
+    from shared.study.runner import read_records
+
+    recorded_run(tmp_path, {"a": (1, 1), "b": (1, 1)})
+    run = cluster_simulate.Recorded(tmp_path / "results.jsonl")
+    records = replay(tmp_path, FlakyRay(2, run, 0.0, losses={"a": 1, "b": 2}))
+    m = {r["key"]: r for r in records if r.get("kind") == "measurement"}
+    a0 = m["a|lstm|quick|cpu|float32"]
+    assert a0["status"] == "ok" and a0["attempt"] == 1 and "WorkerCrashedError" in a0["retried_after"][0]
+    lost = a0["retried_after"][0].split("lost on node ")[1].split(":")[0]
+    assert lost != a0["host"] + f" ({a0['node_id'][:8]})"  # on the other node
+    b0 = m["b|lstm|quick|cpu|float32"]
+    assert b0["status"] == "failed" and b0["node_lost"] and "lost both times" in b0["reason"]
+    assert "b|lstm|quick|cpu|float32#p1" not in m  # its first process failed: no second
+    # --resume measures the lost one again (it says nothing about the rung), and nothing else
+    again = replay(tmp_path, cluster_simulate.VirtualRay(2, run, 0.0), previous=read_records(tmp_path / "cluster" /
+                                                                                           "results.jsonl"))
+    new = [r for r in again if r.get("kind") == "measurement"][len(m):]
+    assert [r["key"] for r in new] == ["b|lstm|quick|cpu|float32", "b|lstm|quick|cpu|float32#p1"]
+    assert all(r["status"] == "ok" for r in new)
+
+
+def test_a_cluster_without_slots_is_refused_with_what_to_do(tmp_path):
+    from shared.study.cluster import ClusterError
+
+    recorded_run(tmp_path, {"a": (1, 1)})
+    run = cluster_simulate.Recorded(tmp_path / "results.jsonl")
+    with pytest.raises(ClusterError, match="rnnbench_slot.*ray start"):
+        replay(tmp_path, cluster_simulate.VirtualRay(0, run, 0.0))
