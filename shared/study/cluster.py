@@ -225,7 +225,7 @@ class Driver:
         self.classes: dict[str, dict] = {}  # class -> machine info (its first node's)
         self.queue: dict[str, deque[Item]] = {}
         self.inflight: dict = {}  # ObjectRef -> (item, node, slot)
-        self.describing: dict = {}  # ObjectRef -> node id (nodes that joined during the run)
+        self.describing: dict = {}  # ObjectRef -> Node (nodes that joined during the run)
         self.done: set[tuple[str, str]] = set()  # (class, record key) recorded in a final state
         self.finished: set[tuple[str, str]] = set()  # (class, record key) recorded at all (lost ones too)
         self.stopped: set[tuple[str, str]] = set()  # (class, measurement key): no more processes
@@ -275,11 +275,14 @@ class Driver:
             refs[ref].alive = False
             self.log(f"node {refs[ref].name} did not answer in {DESCRIBE_TIMEOUT_S:g} s: not used")
         for ref in ready:
-            self._described(refs[ref], ref)
+            node = refs[ref]
+            if self._described(node, ref):
+                self.classes.setdefault(node.machine_class, node.info)
         if not any(n.alive for n in self.nodes.values()):
             raise ClusterError("no node of the cluster could describe itself (see the log lines above)")
 
-    def _described(self, node: Node, ref) -> None:
+    def _described(self, node: Node, ref) -> bool:
+        """Read a node's answer to `describe_node`: its machine and class (False: it failed)."""
         from .machine import machine_class
 
         try:
@@ -287,12 +290,12 @@ class Driver:
         except self.ray.exceptions.RayError as e:
             node.alive = False
             self.log(f"node {node.name} failed to describe itself: {_first_line(e)}")
-            return
+            return False
         node.machine_class = machine_class(node.info)
-        self.classes.setdefault(node.machine_class, node.info)
         if node.slots > 1 and node.slot_cpus(0) and self.config.threads > len(node.slot_cpus(0)):
             self.log(f"node {node.name}: {self.config.threads} threads per measurement but only "
                      f"{len(node.slot_cpus(0))} cores per slot ({node.slots} slots share {len(node.info['cpu_list'])})")
+        return True
 
     def refresh(self) -> None:
         """Mark nodes that died; describe nodes that joined (they take work of a class already planned)."""
@@ -308,12 +311,13 @@ class Driver:
 
     def _joined(self, ref) -> None:
         node = self.describing.pop(ref)
-        self._described(node, ref)
-        if node.alive and node.machine_class not in self.plans:
+        if not self._described(node, ref):
+            return
+        if node.machine_class not in self.plans:
             node.alive = False
             self.log(f"node {node.name} joined with a machine not planned in this run: not used "
                      "(`--resume` plans it)")
-        elif node.alive:
+        else:
             self.log(f"node {node.name} joined: it takes measurements of its machine class")
 
     def class_nodes(self, cls: str) -> list[Node]:
