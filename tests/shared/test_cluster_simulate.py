@@ -120,3 +120,23 @@ def test_a_cluster_without_slots_is_refused_with_what_to_do(tmp_path):
     run = cluster_simulate.Recorded(tmp_path / "results.jsonl")
     with pytest.raises(ClusterError, match="rnnbench_slot.*ray start"):
         replay(tmp_path, cluster_simulate.VirtualRay(0, run, 0.0))
+
+
+class GrowingRay(cluster_simulate.VirtualRay):
+    """One node at first; a second joins once the virtual clock passes one second."""
+
+    def nodes(self):
+        every = super().nodes()
+        return every if self.now >= 1 else every[:1]
+
+
+def test_a_node_that_joins_takes_work_of_its_machine(tmp_path, monkeypatch):
+    from shared.study import cluster
+
+    monkeypatch.setattr(cluster, "REFRESH_S", 0.0)  # look for nodes at every turn of the loop
+    recorded_run(tmp_path, {"a": (1, 1), "b": (1, 1), "c": (1, 1)})
+    run = cluster_simulate.Recorded(tmp_path / "results.jsonl")
+    records = replay(tmp_path, GrowingRay(2, run, 0.0))
+    nodes = [r["node_id"] for r in records if r.get("kind") == "measurement"]
+    assert len(nodes) == 6 and len(set(nodes)) == 2, nodes  # the second node measured too
+    assert nodes[0] == nodes[1]  # a and b one after the other on the first node, before the second joined
