@@ -28,6 +28,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -327,8 +328,8 @@ class Driver:
     def write_meta(self) -> None:
         from .machine import machine_info, machine_label, record_machine
 
-        nodes = [dict(node_id=n.node_id, host=n.host, slots=n.slots, machine_class=n.machine_class)
-                 for n in self.nodes.values() if n.alive]
+        nodes = [dict(node_id=n.node_id, host=n.host, slots=n.slots, machine_class=n.machine_class,
+                      cores=n.info.get("cpu_list")) for n in self.nodes.values() if n.alive]
         append_record(self.results, dict(
             meta_record(self.config, self.run_id, bool(self.previous)),
             cluster=dict(address=self.config.cluster, nodes=nodes,
@@ -602,6 +603,41 @@ def _describe(item: Item) -> str:
     if item.kind == "roof":
         return f"GEMM roof ({item.when})"
     return f"{item.job['impl']} {item.job['cell']} {item.job['workload_name']} (process {item.index + 1})"
+
+
+@contextmanager
+def local_cluster(nodes: int, cores_per_node: int | None = None, slots: int = 1):
+    """A Ray cluster on this machine, on the loopback address only: a head without slots and
+    `nodes` nodes of `slots` measurement slots, each (with `cores_per_node`) on cores of its own.
+    Yields (cluster, node handles).  For the tests, and for measuring the cluster runner on one
+    large machine (scripts/cluster_local.py); a real cluster is started with `ray start`."""
+    from ray.cluster_utils import Cluster
+
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if cores_per_node and nodes * cores_per_node > len(cores):
+        raise ClusterError(f"{nodes} nodes of {cores_per_node} cores need {nodes * cores_per_node}; "
+                           f"this process may use {len(cores)}")
+    saved = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # then Ray binds every node to 127.0.0.1
+    cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0, include_dashboard=False))
+    handles = []
+    try:
+        for i in range(nodes):
+            if cores_per_node:  # a node's raylet and its workers inherit the affinity they start with
+                os.sched_setaffinity(0, cores[i * cores_per_node:(i + 1) * cores_per_node])
+            try:
+                handles.append(cluster.add_node(num_cpus=cores_per_node or 1, resources={SLOT: slots}))
+            finally:
+                if cores_per_node:
+                    os.sched_setaffinity(0, cores)
+        cluster.wait_for_nodes()
+        yield cluster, handles
+    finally:
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+        else:
+            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = saved
 
 
 def run_cluster_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:

@@ -26,7 +26,6 @@ ray = pytest.importorskip("ray")
 from shared import registry  # noqa: E402
 from shared.registry import Implementation  # noqa: E402
 from shared.study import workloads  # noqa: E402
-from shared.study.cluster import SLOT  # noqa: E402
 from shared.study.runner import StudyConfig, read_records, run_study  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -49,8 +48,9 @@ def fake_rows():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A head without slots and two single-slot nodes, on the loopback address only."""
-    from ray.cluster_utils import Cluster
+    """A head without slots and two single-slot nodes, on the loopback address only, each node on
+    a core of its own where the machine has two."""
+    from shared.study.cluster import local_cluster
 
     mp = pytest.MonkeyPatch()
     rows = fake_rows()
@@ -58,17 +58,14 @@ def cluster(tmp_path_factory):
     mp.setattr(registry, "REGISTRY", {r.name: r for r in rows})
     # the nodes (started from here) and their measurement processes import the fake adapter from tests/
     mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), str(ROOT), os.environ.get("PYTHONPATH")])))
-    mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray then binds every node to 127.0.0.1
     mp.setenv("RNNBENCH_TEST_LINGER", str(tmp_path_factory.mktemp("linger") / "first"))
-    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0, include_dashboard=False))
-    nodes = [c.add_node(num_cpus=1, resources={SLOT: 1}) for _ in range(2)]
-    c.wait_for_nodes()
+    cores = 1 if len(os.sched_getaffinity(0)) >= 2 else None
     try:
-        yield c, nodes
+        with local_cluster(2, cores_per_node=cores) as (c, nodes):
+            yield c, nodes
+            if ray.is_initialized():
+                ray.shutdown()
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        c.shutdown()
         mp.undo()
 
 
@@ -123,6 +120,9 @@ def test_each_measurement_runs_once_in_one_slot_and_matches_a_local_run(cluster,
     assert [r["impl"] for r in unavailable] == ["fake.absent"] and unavailable[0]["machine_class"] in machine
     meta = cl[0]
     assert meta["kind"] == "meta" and len(meta["cluster"]["nodes"]) == 2
+    if len(os.sched_getaffinity(0)) >= 2:  # each node on its own core
+        a, b = (set(n["cores"]) for n in meta["cluster"]["nodes"])
+        assert len(a) == len(b) == 1 and not a & b, meta["cluster"]["nodes"]
     assert [r["kind"] for r in cl].count("machine") == 1 and cl[-1]["kind"] == "end"
 
 
@@ -218,3 +218,10 @@ def test_an_unreachable_cluster_is_refused_at_once_with_what_to_do(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 1 and "cannot reach a Ray cluster at '127.0.0.1:9'" in proc.stderr, proc.stderr
     assert "rnnbench_slot" in proc.stderr and not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_the_local_cluster_script_refuses_more_cores_than_there_are():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "cluster_local.py"), "--nodes", "2",
+                           "--cores-per-node", "4096", "--", "--workloads", "quick"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "2 nodes of 4096 cores need 8192" in proc.stderr, proc.stderr
