@@ -13,8 +13,11 @@ RUN_ARGS ?=
 ASV := $(VENV)/bin/asv
 RANGE ?= HEAD~5..HEAD
 BENCH_ARGS ?=
+# asv's name for this machine (default: the host name); one history holds several machines
+MACHINE ?=
+ASV_MACHINE := $(if $(MACHINE),--machine $(MACHINE))
 
-.PHONY: venv run test ladder parity parity-quick parity-matrix bench bench-quick bench-history bench-history-sample bench-compare gate-power reproducibility mutation bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
+.PHONY: venv run test ladder parity parity-quick parity-matrix bench bench-quick bench-history bench-history-sample bench-merge bench-compare gate-power reproducibility mutation bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
 
 venv: $(STAMP)
 
@@ -38,8 +41,8 @@ ladder: venv
 
 # asv: record this commit in the current env, then publish (publishes even if a benchmark failed; keeps the exit code)
 bench: venv
-	$(ASV) machine --yes
-	$(ASV) run --python=same --set-commit-hash $$(git rev-parse HEAD) $(BENCH_ARGS); s=$$?; $(ASV) publish && $(PY) scripts/asv_offline.py .asv/html && exit $$s
+	$(ASV) machine --yes $(ASV_MACHINE)
+	$(ASV) run --python=same --set-commit-hash $$(git rev-parse HEAD) $(ASV_MACHINE) $(BENCH_ARGS); s=$$?; $(ASV) publish && $(PY) scripts/asv_offline.py .asv/html && exit $$s
 
 bench-quick: venv
 	$(ASV) check --python=same
@@ -50,6 +53,14 @@ bench-quick: venv
 bench-history: venv
 	$(ASV) machine --yes
 	$(ASV) run $(RANGE) $(BENCH_ARGS); s=$$?; $(ASV) publish && $(PY) scripts/asv_offline.py .asv/html && exit $$s
+
+# Several machines, one history: each ran `make bench MACHINE=name`; FROM names the copies of their
+# .asv/results folders (docs/asv.md "Several machines in one history")
+bench-merge: venv
+	@[ -n "$(FROM)" ] || { echo 'make bench-merge FROM="dir/.asv/results other/.asv/results"'; exit 2; }
+	$(PY) scripts/asv_merge.py .asv/results $(FROM)
+	$(ASV) publish
+	$(PY) scripts/asv_offline.py .asv/html
 
 # the regression gate: asv continuous BASE..HEAD; non-zero exit when something got slower (scripts/bench_compare.sh)
 bench-compare: venv

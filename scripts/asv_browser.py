@@ -60,8 +60,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 def check_site(html_dir: Path, bench: str, screenshot: Path | None = None, min_commits: int = 2,
                timeout_ms: int = 30_000) -> dict:
-    """Open `bench`'s graph; return {"series": n, "commits": most distinct x of one series,
-    "errors": page errors}; raise AssertionError when fewer than `min_commits` are drawn."""
+    """Open `bench`'s graph; return {"series": n, "drawn": series with a point, "commits": most
+    distinct x of one series, "errors": page errors}; raise AssertionError when fewer than
+    `min_commits` are drawn."""
     from playwright.sync_api import sync_playwright
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
@@ -91,7 +92,7 @@ def check_site(html_dir: Path, bench: str, screenshot: Path | None = None, min_c
     assert "failed to load" not in text, f"the page says its dependencies failed to load: {text[:300]}"
     assert commits >= min_commits, (f"{bench}: the graph has {len(series)} series, the fullest with points "
                                     f"from {commits} commit(s); expected at least {min_commits}")
-    return {"series": len(series), "commits": commits, "errors": errors}
+    return {"series": len(series), "drawn": sum(1 for xs in series if xs), "commits": commits, "errors": errors}
 
 
 def main(argv=None) -> int:

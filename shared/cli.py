@@ -10,7 +10,7 @@ from . import registry
 
 COMMAND_MODULES = [
     "shared.parity",  # rnnbench parity
-    "shared.study.cli",  # rnnbench compare, rnnbench ladder
+    "shared.study.cli",  # rnnbench compare, rnnbench ladder, rnnbench report
     "shared.docs_figures",  # rnnbench docs: the documentation's figures from the committed records
 ]
 

@@ -7,7 +7,10 @@ and whose `run_case` is the float64 reference itself (exact parity), except:
 - "crash": the process aborts (SIGABRT) on the first forward;
 - "raise": the first forward raises RuntimeError;
 - "hang": the first forward never returns;
-- "hog": the first forward keeps allocating memory.
+- "hog": the first forward keeps allocating memory;
+- "linger": the first forward of the first process to get there (across processes and nodes:
+  an O_EXCL file RNNBENCH_TEST_LINGER) writes its node and pid into that file and sleeps
+  a minute, so that a test can remove the node under it; every other one runs as "native".
 Any cell but lstm and gru (a custom cell) takes 2x the time of its plain cell.
 Only tests use this module (via a monkeypatched registry row's adapter_path).
 """
@@ -38,6 +41,14 @@ class FakeWorkload:
         if self.key == "hang":
             while True:
                 time.sleep(1)
+        if self.key == "linger" and os.environ.get("RNNBENCH_TEST_LINGER"):
+            try:
+                fd = os.open(os.environ["RNNBENCH_TEST_LINGER"], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return
+            os.write(fd, f"{os.environ.get('RNNBENCH_NODE_ID', '')} {os.getpid()}".encode())
+            os.close(fd)
+            time.sleep(60)
         if self.key == "hog":
             while True:
                 self.hoard.append(np.ones(2**25))  # 256 MiB a step, touched
@@ -73,7 +84,7 @@ class FakeAdapter:
             out = {k: np.asarray(v) + 1e-3 for k, v in out.items()}
         return out
 
-    def make_workload(self, spec, *, seq_len, batch, dtype="float32", device="cpu", seed=0):
+    def make_workload(self, spec, *, seq_len, batch, dtype="float32", device="cpu", seed=0, lengths=None):
         custom = 2.0 if spec.cell not in ("lstm", "gru") else 1.0
         return FakeWorkload(self.key, (3.0 if self.key == "slow" else 1.0) * custom)
 

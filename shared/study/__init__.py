@@ -4,10 +4,12 @@
   shared with the asv suites in `benchmarks/`;
 - `worker`: one measurement in its own process (`python -m shared.study.worker`);
 - `runner`: runs the jobs in subprocesses with a timeout and appends JSON lines;
+- `cluster`: the same jobs as tasks on a Ray cluster, one per measurement slot (`--cluster`);
+- `merge`: records split by the machine they ran on, answers compared across machines;
 - `machine`: what the report says about this machine;
 - `table`, `plots`, `report`: the table, the figures and `report.md`;
-- `cli`: `rnnbench compare` and `rnnbench ladder`.
+- `cli`: `rnnbench compare`, `rnnbench ladder` and `rnnbench report`.
 
 Nothing here imports torch or jax at module import time: only the worker does, inside
-its own subprocess.
+its own subprocess; only `cluster`'s functions import ray.
 """

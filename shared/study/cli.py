@@ -1,4 +1,4 @@
-"""`rnnbench compare` (the study behind `make run`) and `rnnbench ladder`."""
+"""`rnnbench compare` (the study behind `make run`), `rnnbench ladder` and `rnnbench report`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .. import cell_modules, precision, registry
 from ..cells import CELL_DEFS, STANDARD_CELLS
 from ..spec import CELLS
 from .threads import DEFAULT_THREADS
-from .workloads import SWEEP_LEVELS, resolve
+from .workloads import SPEC_EXAMPLE, SWEEP_LEVELS, resolve
 
 DEFAULT_WORKLOADS = "S1,S2"
 # What `rnnbench compare` measures by default ("answer": the first answer a newcomer waits for) and
@@ -185,7 +185,9 @@ def register(subparsers) -> None:
                    help="workloads of --custom-cells (default: the first of --workloads, S1)")
     p.add_argument("--workloads", type=_workloads, default=None,
                    help=f"workload or profile names (quick, cpu, gpu, S1, S2, S3, ...; default {DEFAULT_WORKLOADS}, "
-                        "gpu profile with --device cuda)")
+                        "gpu profile with --device cuda); your own model as a spec, e.g. "
+                        f"\"{SPEC_EXAMPLE}\" (fields T, B, I, H, layers, bidirectional, lengths, name), "
+                        "or @FILE with one spec or names a line; separate names and specs with ';'")
     p.add_argument("--sweeps", choices=SWEEP_LEVELS, default=None,
                    help="T and B sweeps for the plots (LSTM, --sweep-impls only): none (profile answer), small "
                         "(profile full), full")
@@ -195,6 +197,11 @@ def register(subparsers) -> None:
                    help="workloads measured forward again on 1 thread, with their GEMM roof, for the report's "
                         "threads section (LSTM, torch.native,torch.bptt,jax.scan,jax.bptt); default: the "
                         "batch-1 workloads among --workloads (S2) when --threads > 1; 'none' for none")
+    p.add_argument("--cluster", default=None, metavar="ADDRESS",
+                   help="run the measurements as tasks on a Ray cluster (host:port of its head, or auto): each node "
+                        "advertises measurement slots (ray start --resources '{\"rnnbench_slot\": 1}'; one per GPU on "
+                        "a GPU node) and each measurement takes one; records name the machine they ran on and the report "
+                        "compares times only within a machine (docs/cluster.md). Default: here, no Ray")
     _add_measure_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -208,6 +215,7 @@ def register(subparsers) -> None:
                    help="read this results.jsonl instead of measuring")
     _add_measure_options(p)
     p.set_defaults(func=cmd_ladder)
+    register_report(subparsers)
 
 
 def _out_dir(args, prefix: str = "") -> Path:
@@ -260,6 +268,10 @@ def _run_or_explain(config, progress: bool):
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return run_study(config, progress=progress)
+    except RuntimeError as e:
+        if type(e).__name__ == "ClusterError":  # the cluster module is not imported without --cluster
+            raise SystemExit(f"rnnbench: {e}") from None
+        raise
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished measurement is in {config.out / 'results.jsonl'}; "
               f"continue by running the same command with `--resume --out {config.out}`", file=sys.stderr)
@@ -269,6 +281,7 @@ def _run_or_explain(config, progress: bool):
 
 
 def cmd_compare(args) -> int:
+    from .merge import machine_groups
     from .report import write_report
     from .runner import DEFAULT_SWEEP_IMPLS, read_records
     from .table import collect, custom_cell_rows, custom_rich, precision_rich, precision_rows, rich_table, table_rows
@@ -287,7 +300,7 @@ def cmd_compare(args) -> int:
     if args.one_thread is None and not full:
         args.one_thread = []
     out = _out_dir(args)
-    config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps,
+    config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps, cluster=args.cluster,
                      sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS), custom_cells=custom,
                      custom_workloads=args.custom_workloads or workloads[:1],
                      precisions=list(precision.REDUCED) if args.precisions is None else args.precisions,
@@ -296,7 +309,15 @@ def cmd_compare(args) -> int:
     results = _run_or_explain(config, args.progress)
     if results is None:
         return 130
-    res = collect(read_records(results))
+    command = "rnnbench " + " ".join(sys.argv[1:]) if config.argv else None
+    records = read_records(results)
+    groups = machine_groups(records)
+    if len(groups) > 1:  # a cluster of several machines: no table mixes them
+        report = write_report(results, command=command)
+        _print_answers(groups)
+        _console().print(f"report: {report}")
+        return 0
+    res = collect(next(iter(groups.values())).records if groups else records)
     console = _console()
     console.print(rich_table([r for r in table_rows(res) if r["group"] == "main"],
                              title=f"rnnbench compare ({args.device}, {args.threads} threads, ratios to torch.native "
@@ -311,16 +332,64 @@ def cmd_compare(args) -> int:
                                                "cost over the same implementation's plain cell"))
     for name, reason in res.unavailable.items():
         console.print(f"[dim]unavailable: {name}: {reason}[/dim]")
-    report = write_report(results, command="rnnbench " + " ".join(sys.argv[1:]) if config.argv else None)
-    from rich.markdown import Markdown
-
-    from .report import answer_markdown
-    console.print(Markdown(answer_markdown(res)))  # the answer last: what the screen shows when the run ends
+    report = write_report(results, command=command)
+    _print_answers(groups)  # the answer last: what the screen shows when the run ends
     console.print(f"report: {report}")
     return 0
 
 
+def _print_answers(groups) -> None:
+    """Each machine's answer; with several machines, the summary across them after."""
+    from rich.markdown import Markdown
+
+    from .merge import cross_machine_markdown
+    from .report import answer_markdown
+    from .table import collect
+
+    console = _console()
+    results = {cls: collect(g.records) for cls, g in groups.items()}
+    if len(groups) <= 1:
+        for res in results.values():
+            console.print(Markdown(answer_markdown(res)))
+        return
+    names = {cls: f"M{i + 1}" for i, cls in enumerate(groups)}
+    console.print(Markdown("\n".join(cross_machine_markdown(groups, results, names))))
+
+
+def register_report(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report", help="the report of one or more runs; runs made apart on different machines merge into one report "
+                       "across machines",
+        description="Write report.md, results.csv and the plots from the records of one or more runs of "
+                    "`rnnbench compare`. Records of one machine give its report; of several machines (a cluster run, "
+                    "or runs made apart), a report that divides times only within each machine, one section per "
+                    "machine and a summary of the answers across them (docs/cluster.md).")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR",
+                   help="report directories of rnnbench compare (or their results.jsonl files)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="where to write (default: the run's own directory for one run, reports/merged-<timestamp> "
+                        "for several)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    from .merge import load, machine_groups, results_files
+    from .report import write_report
+
+    try:
+        files = results_files(args.runs)
+    except FileNotFoundError as e:
+        raise SystemExit(f"rnnbench report: {e}") from None
+    out = args.out or (files[0].parent if len(files) == 1 else REPORTS / ("merged-" + datetime.now().strftime(
+        "%Y%m%d-%H%M%S")))
+    report = write_report(files, out, command="rnnbench " + " ".join(sys.argv[1:]) if sys.argv else None)
+    _print_answers(machine_groups(load(files)))
+    _console().print(f"report: {report}")
+    return 0
+
+
 def cmd_ladder(args) -> int:
+    from .merge import machine_groups
     from .plots import plot_ladder
     from .runner import read_records
     from .table import collect, ladder, ladder_markdown, ladder_rich
@@ -338,7 +407,11 @@ def cmd_ladder(args) -> int:
         results = _run_or_explain(config, args.progress)
         if results is None:
             return 130
-    res = collect(read_records(results))
+    groups = machine_groups(read_records(results))
+    if len(groups) > 1:
+        raise SystemExit(f"{results} holds measurements of {len(groups)} machines; a ladder is one machine's: "
+                         "`rnnbench report` writes one per machine")
+    res = collect(next(iter(groups.values())).records if groups else [])
     workload, rows = ladder(res, args.cell, args.workload)
     if not rows:
         print(f"no {args.cell} measurements on {args.workload} in {results}", file=sys.stderr)

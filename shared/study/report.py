@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -107,8 +108,16 @@ def _machine_section(res: Results) -> list[str]:
     lines.append(f"- CPU: {cpu}" + (f" ({', '.join(feats)})" if feats else "")
                  + f"; {m.get('usable_cpus')} usable of {m.get('logical_cpus')} logical CPUs"
                  + (f"; {m['memory_gib']:.0f} GiB memory" if m.get("memory_gib") else ""))
+    if m.get("isa"):
+        lines.append(f"- ISA extensions the kernels can use: {', '.join(m['isa'])}")
     if m.get("gpu"):
-        lines.append(f"- GPU: {m['gpu']}")
+        lines.append(f"- GPU: {m['gpu']}" + (f" x{m['gpus']}" if (m.get("gpus") or 1) > 1 else "")
+                     + (f", driver {m['gpu_driver']}" if m.get("gpu_driver") else ""))
+    if meta.get("cluster"):
+        nodes = meta["cluster"].get("nodes", [])
+        lines.append(f"- Ray cluster `{meta['cluster'].get('address')}`: {len(nodes)} node(s) of this machine ("
+                     + ", ".join(f"{n.get('host')} `{n.get('node_id', '')[:8]}` {n.get('slots')} slot(s)" for n in nodes)
+                     + "); each measurement had a slot to itself (a CPU node, or one GPU and its share of the cores)")
     lines.append(f"- Threads: {meta.get('threads')} for both frameworks (torch.set_num_threads, OMP/MKL_NUM_THREADS, "
                  f"XLA_FLAGS intra-op threads, CPU affinity where the machine has more cores)")
     lines.append(f"- Device: {meta.get('device')}, dtype {meta.get('dtype')}")
@@ -118,6 +127,11 @@ def _machine_section(res: Results) -> list[str]:
     lines.append(f"- Libraries: {versions}; Python {m.get('python')}; {m.get('os')}")
     if m.get("git_commit"):
         lines.append(f"- rnnbench commit: {m['git_commit']}")
+    commits = sorted({r["machine"]["git_commit"] for r in res.measurements
+                      if isinstance(r.get("machine"), dict) and r["machine"].get("git_commit")})
+    if len(commits) > 1:  # a cluster's nodes should all run one checkout
+        lines.append(f"- ⚠ the measurements ran at {len(commits)} commits ({', '.join(commits)}): the nodes' checkouts "
+                     "differ, so rows may compare different code")
     if meta.get("argv") is not None:
         lines.append(f"- Command: `rnnbench {' '.join(meta['argv'])}`")
     verdict, busy = quiet_verdict(res)
@@ -126,6 +140,24 @@ def _machine_section(res: Results) -> list[str]:
     lines.append(f"- Timing: {_protocol(meta)}")
     if len(res.metas) > 1:
         lines.append(f"- Measured over {len(res.metas)} sessions (resumed); ratios still pair rows of this file")
+    return lines + [""]
+
+
+def _workloads_section(res: Results) -> list[str]:
+    """The sizes of every workload measured (sweeps aside), a user's own specs among them."""
+    from .workloads import Workload
+
+    seen: dict[str, Workload] = {}
+    for m in res.measurements:
+        if isinstance(m.get("workload"), dict) and not str(m.get("group", "")).startswith("sweep"):
+            seen.setdefault(m["workload_name"], Workload.from_dict(m["workload"]))
+    if not seen:
+        return []
+    lines = ["## Workloads", "", "| workload | T | B | I | H | layers | directions | lengths |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for name, w in seen.items():
+        lines.append(f"| {name} | {w.seq_len} | {w.batch} | {w.input_size} | {w.hidden_size} | {w.num_layers} | "
+                     f"{2 if w.bidirectional else 1} | {f'{w.shortest}..{w.seq_len} (packed)' if w.packed else 'all T'} |")
     return lines + [""]
 
 
@@ -392,12 +424,58 @@ def _skipped_section(rows: list[dict]) -> list[str]:
                                  for (impl, reason), items in groups.items()] + [""]
 
 
-def write_report(results_path: Path, out_dir: Path | None = None, *, command: str | None = None) -> Path:
-    """Write report.md, results.csv and the plots next to `results_path`; return report.md's path."""
-    results_path = Path(results_path)
-    out = Path(out_dir) if out_dir else results_path.parent
+def write_report(results_path, out_dir: Path | None = None, *, command: str | None = None) -> Path:
+    """Write report.md, results.csv and the plots next to `results_path` (or into `out_dir`); return
+    report.md's path.  `results_path` may be several results files (`rnnbench report RUN_DIR...`):
+    records of one machine give the one-machine report; of several, a report across machines with
+    each machine's own report in `machines/<name>/` (`shared.study.merge`)."""
+    from .merge import machine_groups
+
+    paths = [Path(results_path)] if isinstance(results_path, (str, Path)) else [Path(p) for p in results_path]
+    out = Path(out_dir) if out_dir else paths[0].parent
     out.mkdir(parents=True, exist_ok=True)
-    res = collect(read_records(results_path))
+    records = [r for p in paths for r in read_records(p)]
+    groups = machine_groups(records)
+    if len(groups) > 1:
+        lines = _across_machines(groups, out, command)
+    else:
+        lines = _report(next(iter(groups.values())).records if groups else records, out, command=command)
+    report = out / "report.md"
+    report.write_text("\n".join(lines))
+    return report
+
+
+def _across_machines(groups: dict, out: Path, command: str | None) -> list[str]:
+    """The cross-machine summary, then each machine's report (headings one level down); each
+    machine's report, plots and CSV also in machines/<name>/; one CSV of every row with its machine."""
+    from .merge import cross_machine_markdown
+
+    names = {cls: f"M{i + 1}" for i, cls in enumerate(groups)}
+    results = {cls: collect(g.records) for cls, g in groups.items()}
+    lines = ["# rnnbench study across machines", "", f"Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}"
+             + (f" by `{command}`" if command else "") + ".", ""]
+    lines += cross_machine_markdown(groups, results, names)
+    rows = []
+    for cls, g in groups.items():
+        folder = f"machines/{names[cls]}-{cls}"
+        sub = _report(g.records, out / folder, command=command, title=f"# {names[cls]}: {g.label}", files=False)
+        (out / folder / "report.md").write_text("\n".join(sub))
+        lines += [sub[0].replace("# ", "## ", 1), "", f"Its own report: [{folder}/report.md]({folder}/report.md).", ""]
+        for line in sub[4:]:  # below the title and the "Written" line
+            if line.startswith("#"):
+                line = "#" + line
+            lines.append(re.sub(r"\]\((?!https?:|#|/)([^)]+\.png)\)", rf"]({folder}/\1)", line))
+        rows += [dict(r, machine=names[cls], machine_class=cls) for r in table_rows(results[cls])]
+    write_csv(rows, out / "results.csv", first=("machine", "machine_class"))
+    return lines + ["## Files", "", "- `results.csv`: every machine's table, one row per measurement and machine",
+                    "- `machines/<name>/`: each machine's report, table and plots", ""]
+
+
+def _report(records: list[dict], out: Path, *, command: str | None = None, title: str = "# rnnbench study",
+            files: bool = True) -> list[str]:
+    """One machine's report.md lines; writes its results.csv and plots into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    res = collect(records)
     rows = table_rows(res)
     write_csv(rows, out / "results.csv")
     main_rows = [r for r in rows if r["group"] == "main"]
@@ -412,10 +490,11 @@ def write_report(results_path: Path, out_dir: Path | None = None, *, command: st
     for cell in cells:
         figures[f"ladder_{cell}.png"] = plots.plot_ladder(res, cell, out / f"ladder_{cell}.png")
 
-    lines = ["# rnnbench study", "", f"Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}"
+    lines = [title, "", f"Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}"
              + (f" by `{command}`" if command else "") + ".", ""]
     lines += _answer_section(res)
     lines += _machine_section(res)
+    lines += _workloads_section(res)
     lines += _roof_section(res)
     lines += ["## Results", "",
               "Median times; `×native` is the ratio to `torch.native` (float32 nn.LSTM / nn.GRU) of the same cell "
@@ -461,8 +540,7 @@ def write_report(results_path: Path, out_dir: Path | None = None, *, command: st
     if sweep_rows:
         lines += ["<details><summary>Sweep measurements</summary>", "", markdown_table(sweep_rows), "",
                   "</details>", ""]
-    lines += ["## Files", "", "- `results.jsonl`: every record as measured (append-only; `--resume` continues it)",
-              "- `results.csv`: the table above, one row per measurement", ""]
-    report = out / "report.md"
-    report.write_text("\n".join(lines))
-    return report
+    if files:
+        lines += ["## Files", "", "- `results.jsonl`: every record as measured (append-only; `--resume` continues it)",
+                  "- `results.csv`: the table above, one row per measurement", ""]
+    return lines

@@ -73,12 +73,13 @@ def _last_lines(path: Path, n: int = 3, limit: int = 600) -> str:
 
 
 def run_worker(command: str, job: dict, *, timeout: float, max_rss_bytes: int | None = None,
-               poll_s: float = 0.1, env: dict | None = None) -> dict:
+               poll_s: float = 0.1, env: dict | None = None, preexec_fn=None) -> dict:
     """Run `python -m shared.study.worker COMMAND` on `job`; always return a record.
 
     The record's "status" is the worker's ("ok", "skipped", "failed") or "failed" with a
     "reason" when the process timed out, outgrew `max_rss_bytes`, or died without
-    finishing; what the worker had saved before that (its phases) is kept.
+    finishing; what the worker had saved before that (its phases) is kept.  `preexec_fn` runs
+    in the child before the worker starts (the cluster runner pins a slot's cores with it).
     """
     with tempfile.TemporaryDirectory(prefix="rnnbench-") as tmp:
         tmp = Path(tmp)
@@ -93,7 +94,7 @@ def run_worker(command: str, job: dict, *, timeout: float, max_rss_bytes: int | 
                 [sys.executable, "-m", "shared.study.worker", command, "--job", str(job_path),
                  "--result", str(result_path)],
                 cwd=PROJECT_ROOT, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                start_new_session=True, preexec_fn=preexec_fn)
             killed_for = None
             peak_tree = 0
             try:
@@ -219,6 +220,9 @@ class StudyConfig:
     retry_failed: bool = False
     roof: bool = True
     argv: list[str] | None = None
+    # A Ray cluster's address (or "auto"): measurements run as tasks there (shared.study.cluster);
+    # None: here, one subprocess after another.
+    cluster: str | None = None
 
     def max_rss_bytes(self) -> int:
         if self.max_memory_gb:
@@ -228,15 +232,19 @@ class StudyConfig:
         return int(0.8 * psutil.virtual_memory().total)
 
 
-def probe_availability(impls: list[str], device: str, timeout: float, cells=(), dtypes=()):
-    """(name -> None or why it cannot run, (name, cell, dtype) -> None or why it cannot
-    compute it), probed in one subprocess per framework (this process imports none)."""
+def probe_items(impls: list[str]) -> dict[str, list[dict]]:
+    """framework -> what its probe worker needs of each implementation (adapter paths, declarations)."""
     by_framework: dict[str, list[dict]] = {}
     for name in impls:
         row = registry.get(name)
         by_framework.setdefault(row.framework, []).append(dict(
             name=name, adapter_key=row.key, capabilities=row.capabilities.to_dict() if row.capabilities else None,
             adapter_path=row.adapter_path or f"{registry.FRAMEWORKS.get(row.framework)}:get_adapter"))
+    return by_framework
+
+
+def run_probe(by_framework: dict[str, list[dict]], device: str, timeout: float, cells=(), dtypes=()):
+    """`probe_availability` on `probe_items`' answer, in one subprocess per framework."""
     reasons: dict[str, str | None] = {}
     unsupported: dict[tuple, str | None] = {}
     for framework, items in by_framework.items():
@@ -252,6 +260,12 @@ def probe_availability(impls: list[str], device: str, timeout: float, cells=(), 
                 cell, dtype = key.split("|")
                 unsupported[(item["name"], cell, dtype)] = why
     return reasons, unsupported
+
+
+def probe_availability(impls: list[str], device: str, timeout: float, cells=(), dtypes=()):
+    """(name -> None or why it cannot run, (name, cell, dtype) -> None or why it cannot
+    compute it), probed in one subprocess per framework (this process imports none)."""
+    return run_probe(probe_items(impls), device, timeout, cells, dtypes)
 
 
 def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
@@ -351,7 +365,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _progress(enabled: bool, total: int):
+def progress_bar(enabled: bool, total: int):
     """A rich progress bar with ETA (a no-op object when disabled)."""
     if not enabled:
         class _Null:
@@ -391,28 +405,104 @@ def _tight(results: Path, key: str, target: float) -> bool:
     return True
 
 
-def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
-    """Run (or resume) the study into `config.out`; return the path of results.jsonl."""
-    from .machine import cpu_account, load_average, machine_info
-
+def open_results(config: StudyConfig) -> tuple[Path, list[dict]]:
+    """`config.out`/results.jsonl and, with --resume, its records; an existing file is never overwritten."""
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     previous = read_records(results) if config.resume else []
     if results.exists() and not config.resume:
         raise FileExistsError(f"{results} exists: pass --resume to continue it or choose another --out")
-    done = {r["key"] for r in previous if r.get("key") and r.get("status") in FINAL_STATUSES
-            and not (config.retry_failed and r.get("status") == "failed")}
-    run_id = uuid.uuid4().hex[:8]
+    return results, previous
+
+
+def is_done(record: dict, config: StudyConfig) -> bool:
+    """Whether a recorded key needs no measuring again: a final status, unless --retry-failed
+    and it failed, or it failed because its node was lost (the cluster runner: nothing to do
+    with the rung, so --resume measures it again)."""
+    if not record.get("key") or record.get("status") not in FINAL_STATUSES:
+        return False
+    if record.get("status") == "failed" and (config.retry_failed or record.get("node_lost")):
+        return False
+    return True
+
+
+def study_names(config: StudyConfig) -> list[str]:
     names = config.impls or registry.default_study_names()
     for n in names:
         registry.get(n)  # a typo fails here, naming the valid names
-    append_record(results, dict(kind="meta", run_id=run_id, started=_now(), argv=config.argv,
-                                device=config.device, dtype=config.dtype, threads=config.threads,
-                                repeats=config.repeats, budget_s=config.budget_s, min_time_s=config.min_time_s,
-                                timeout=config.timeout, resumed=bool(previous), processes=config.processes,
-                                max_processes=config.max_processes, target_half_width=config.target_half_width, machine=machine_info(config.device, config.threads),
-                                cpu=cpu_account()))
+    return names
+
+
+def meta_record(config: StudyConfig, run_id: str, resumed: bool) -> dict:
+    """The run's settings (the caller adds the machine)."""
+    return dict(kind="meta", run_id=run_id, started=_now(), argv=config.argv, device=config.device,
+                dtype=config.dtype, threads=config.threads, repeats=config.repeats, budget_s=config.budget_s,
+                min_time_s=config.min_time_s, timeout=config.timeout, resumed=resumed, processes=config.processes,
+                max_processes=config.max_processes, target_half_width=config.target_half_width)
+
+
+def roof_pairs(config: StudyConfig, planned: list[dict]) -> list[dict]:
+    """(cell, workload, threads) whose GEMM roof the run measures: the plain cells' (a custom
+    cell's GEMMs are its family's) on workloads with a single-GEMM roof."""
+    if not config.roof:
+        return []
+    from .workloads import Workload  # multi-layer / bidirectional workloads have no single-GEMM roof
+    pairs = {(j["cell"], j["workload_name"]): (j["workload"], j["threads"]) for j in planned
+             if j["group"] != "custom" and Workload.from_dict(j["workload"]).has_roof}
+    return [dict(cell=c, workload=w, threads=t) for (c, _), (w, t) in pairs.items()]
+
+
+def roof_job(config: StudyConfig, items: list[dict], threads: int) -> dict:
+    return dict(device=config.device, threads=threads,
+                items=[dict(cell=i["cell"], workload=i["workload"]) for i in items if i["threads"] == threads])
+
+
+def roof_timeout(config: StudyConfig, job: dict) -> float:
+    return max(config.timeout, 60 + 20 * len(job["items"]))
+
+
+def roof_records(rec: dict, items: list[dict], threads: int, config: StudyConfig, run_id: str, when: str) -> list[dict]:
+    """The records of one roof worker's answer: a row per (cell, workload), a failure if it failed."""
+    out = []
+    for row in rec.get("rows", []):
+        item = next(i for i in items if i["cell"] == row["cell"] and i["workload"]["name"] == row["workload"]
+                    and i["threads"] == threads)
+        out.append(dict(kind="roof", run_id=run_id, time=_now(), device=config.device, threads=threads, status="ok",
+                        roof_pass=when, key=_roof_key(item, config, when), versions=rec.get("versions"), **row))
+    if rec.get("status") != "ok":
+        out.append(dict(kind="roof_failure", run_id=run_id, time=_now(), reason=rec.get("reason"),
+                        device=config.device, roof_pass=when))
+    return out
+
+
+def measurement_record(job: dict, index: int, rec: dict, run_id: str) -> dict:
+    """A measurement's record: the job (less what only the worker needs) and the worker's answer."""
+    record = {k: v for k, v in job.items() if k not in ("adapter_key", "adapter_path", "baseline")}
+    record.update(rec)
+    record.update(kind="measurement", key=process_key(job["key"], index), process=index, run_id=run_id,
+                  time=_now(), compile_cache="cold" if index == 0 else "warm",
+                  baseline=(job.get("baseline") or {}).get("impl"))
+    return record
+
+
+def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
+    """Run (or resume) the study into `config.out`; return the path of results.jsonl.
+
+    With `config.cluster` the measurements run as tasks on a Ray cluster (shared.study.cluster);
+    without it, here, one subprocess after another (this module never imports ray)."""
+    if config.cluster:
+        from .cluster import run_cluster_study
+        return run_cluster_study(config, progress=progress, log=log)
+    from .machine import cpu_account, load_average, machine_info
+
+    out = Path(config.out)
+    results, previous = open_results(config)
+    done = {r["key"] for r in previous if is_done(r, config)}
+    run_id = uuid.uuid4().hex[:8]
+    names = study_names(config)
+    append_record(results, dict(meta_record(config, run_id, bool(previous)),
+                                machine=machine_info(config.device, config.threads), cpu=cpu_account()))
     log(f"probing {len(names)} implementations on {config.device} ...")
     planned = plan(config, names)
     reasons, unsupported = probe_availability(names, config.device, timeout=max(config.timeout, 120),
@@ -425,17 +515,11 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
                                         reason=reasons[n]))
     planned = plan(config, available)
     jobs = [(j, i) for i in range(config.processes) for j in planned if process_key(j["key"], i) not in done]
-    roof_pairs = []
-    if config.roof:
-        # the roof of the plain cells; a custom cell's GEMMs are its family's
-        from .workloads import Workload  # multi-layer / bidirectional workloads have no single-GEMM roof
-        pairs = {(j["cell"], j["workload_name"]): (j["workload"], j["threads"]) for j in planned
-                 if j["group"] != "custom" and Workload.from_dict(j["workload"]).has_roof}
-        roof_pairs = [dict(cell=c, workload=w, threads=t) for (c, _), (w, t) in pairs.items()]
+    pairs = roof_pairs(config, planned)
     # measured at the start and again at the end (each rate the better of the two): a roof
     # taken once, while the machine was busy, bounds nothing
-    start_roof = [i for i in roof_pairs if _roof_key(i, config, "start") not in done]
-    end_roof = [i for i in roof_pairs if jobs or _roof_key(i, config, "end") not in done]
+    start_roof = [i for i in pairs if _roof_key(i, config, "start") not in done]
+    end_roof = [i for i in pairs if jobs or _roof_key(i, config, "end") not in done]
     log(f"{len(available)} available, {len(planned)} measurements x {config.processes} processes: "
         f"{len(jobs)} to run"
         + (f" ({len(done)} already done)" if done else "") + f", results -> {results}")
@@ -445,18 +529,10 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
     def measure_roof(items, when):
         bar.update(task, description=f"GEMM roof ({when})")
         for threads in sorted({i["threads"] for i in items}):
-            batch = [dict(cell=i["cell"], workload=i["workload"]) for i in items if i["threads"] == threads]
-            rec = run_worker("roof", dict(device=config.device, threads=threads, items=batch),
-                             timeout=max(config.timeout, 60 + 20 * len(batch)), max_rss_bytes=max_rss)
-            for row in rec.get("rows", []):
-                item = next(i for i in items if i["cell"] == row["cell"] and i["workload"]["name"] == row["workload"]
-                            and i["threads"] == threads)
-                append_record(results, dict(kind="roof", run_id=run_id, time=_now(), device=config.device,
-                                            threads=threads, status="ok", roof_pass=when,
-                                            key=_roof_key(item, config, when), versions=rec.get("versions"), **row))
-            if rec.get("status") != "ok":
-                append_record(results, dict(kind="roof_failure", run_id=run_id, time=_now(),
-                                            reason=rec.get("reason"), device=config.device, roof_pass=when))
+            job = roof_job(config, items, threads)
+            rec = run_worker("roof", job, timeout=roof_timeout(config, job), max_rss_bytes=max_rss)
+            for record in roof_records(rec, items, threads, config, run_id, when):
+                append_record(results, record)
         bar.advance(task)
 
     cache_env = {"TORCHINDUCTOR_CACHE_DIR": str((out / "compile-cache").resolve())}
@@ -471,18 +547,13 @@ def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
             # parity once per measurement; the first process finds the compile cache empty
             rec = run_worker("measure", dict(job, parity=job["parity"] and index == 0), timeout=config.timeout,
                              max_rss_bytes=max_rss, env=cache_env)
-        record = {k: v for k, v in job.items() if k not in ("adapter_key", "adapter_path", "baseline")}
-        record.update(rec)
-        record.update(kind="measurement", key=process_key(job["key"], index), process=index, run_id=run_id,
-                      time=_now(), compile_cache="cold" if index == 0 else "warm",
-                      baseline=(job.get("baseline") or {}).get("impl"))
-        append_record(results, record)
+        append_record(results, measurement_record(job, index, rec, run_id))
         if rec.get("status") == "failed":
             log(f"  {job['impl']} {job['cell']} {job['workload_name']}: FAILED: {rec.get('reason')}")
         bar.advance(task)
         return rec
 
-    with _progress(progress, steps) as bar:
+    with progress_bar(progress, steps) as bar:
         task = bar.add_task("study", total=steps)
         if start_roof:
             measure_roof(start_roof, "start")

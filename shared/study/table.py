@@ -384,9 +384,10 @@ CSV_FIELDS = ["impl", "framework", "rung", "group", "cell", "workload", "device"
               "net_rss_mib", "first_forward_warm_s", "first_train_warm_s"]
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
+def write_csv(rows: list[dict], path: Path, first: tuple[str, ...] = ()) -> None:
+    """The table as CSV; `first`: columns before the usual ones (the machine, in a report across machines)."""
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=[*first, *CSV_FIELDS], extrasaction="ignore")
         writer.writeheader()
         for row in rows:
             writer.writerow(row)
@@ -587,7 +588,7 @@ def precision_rich(rows: list[dict], title: str):
 MODES = (("training", "train", "first_train_s"), ("inference", "forward", "first_forward_s"))
 
 
-def _interval(r: dict, phase: str) -> dict:
+def native_interval(r: dict, phase: str) -> dict:
     """A row's ratio to native as an interval for `stats.compare` (native itself: exactly 1)."""
     x = r[f"{phase}_x_native"]
     lo, hi = r.get(f"{phase}_ratio_lo"), r.get(f"{phase}_ratio_hi")
@@ -619,15 +620,16 @@ def what_to_use(res: Results) -> tuple[list[dict], list[str]]:
                 if not timed:
                     continue
                 best = timed[0]
-                tied = [r for r in timed[1:] if compare(_interval(best, phase), _interval(r, phase)) == "="]
+                tied = [r for r in timed[1:]
+                        if compare(native_interval(best, phase), native_interval(r, phase)) == "="]
                 per_fw = {fw: next((r for r in timed if r["framework"] == fw), None) for fw in ("torch", "jax")}
                 t, j = per_fw["torch"], per_fw["jax"]
                 out.append(dict(cell=cell, workload=wl, mode=mode, best=best["impl"], tied=[r["impl"] for r in tied],
-                                best_ratio=best[f"{phase}_x_native"], best_lo=_interval(best, phase)["lo"],
-                                best_hi=_interval(best, phase)["hi"], best_ms=best[f"{phase}_ms"],
+                                best_ratio=best[f"{phase}_x_native"], best_lo=native_interval(best, phase)["lo"],
+                                best_hi=native_interval(best, phase)["hi"], best_ms=best[f"{phase}_ms"],
                                 best_torch=t and t["impl"], best_jax=j and j["impl"],
                                 jax_over_torch=_ratio(j and j[f"{phase}_x_native"], t and t[f"{phase}_x_native"]),
-                                jax_vs_torch=compare(_interval(j, phase), _interval(t, phase)) if j and t else None,
+                                jax_vs_torch=compare(native_interval(j, phase), native_interval(t, phase)) if j and t else None,
                                 first_call_s=best.get(first), peak_rss_mib=best.get("peak_rss_mib"),
                                 net_rss_mib=best.get("net_rss_mib")))
     flips = []

@@ -132,6 +132,33 @@ def test_shared_imports_no_framework():
             assert not bad, f"{path}:{node.lineno} imports {bad}"
 
 
+def test_ray_is_imported_only_inside_the_cluster_runners_functions():
+    """`rnnbench compare` without --cluster never needs Ray: in shared/, only functions of
+    shared/study/cluster.py import it, and nothing imports that module at module level."""
+    allowed = ROOT / "shared" / "study" / "cluster.py"
+    for path in (ROOT / "shared").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if not node.level else [f".{node.module or ''}"]
+            else:
+                continue
+            ray = [n for n in names if n.split(".")[0] == "ray"]
+            assert not ray or (path == allowed and id(node) in inside), f"{path}:{node.lineno} imports {ray}"
+            cluster = [n for n in names if n.endswith("cluster") and "study" in (n + str(path))]
+            assert not cluster or id(node) in inside or path == allowed, \
+                f"{path}:{node.lineno} imports the cluster runner at module level"
+    code = ("import sys\n"
+            "import shared.cli, shared.study.cli, shared.study.runner, shared.study.report, shared.study.cluster\n"
+            "assert 'ray' not in sys.modules, 'ray imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_the_catalogue_is_the_one_place_for_the_pair_of_cell_names():
     pair = re.compile(r'\("lstm", "gru"\)')
     hits = [p for d in ("shared", "torch_impl", "jax_impl", "benchmarks", "scripts") for p in (ROOT / d).rglob("*.py")

@@ -558,6 +558,21 @@ def test_the_realistic_workload_is_a_packed_two_layer_bidirectional_batch():
 
 
 
+def test_a_users_own_model_is_measured_and_reported_like_a_built_in_workload(fake_registry, tmp_path):
+    names = fake_registry("slow")
+    spec = "T=6,B=3,I=4,H=8,layers=2,bidirectional,lengths=T/2..T,name=ours"
+    config = StudyConfig(out=tmp_path, impls=names, cells=["lstm"], workloads=workloads.resolve(f"quick;{spec}"),
+                         timeout=30, repeats=3, min_time_s=0.0, roof=False, processes=1, max_processes=1)
+    records = read_records(run_study(config, progress=False, log=lambda *a: None))
+    ours = [r for r in records if r.get("kind") == "measurement" and r["workload_name"] == "ours"]
+    assert {r["impl"] for r in ours} == set(names) and all(r["status"] == "ok" for r in ours)
+    assert workloads.Workload.from_dict(ours[0]["workload"]) == workloads.parse_spec(spec)
+    rows = {(r["impl"], r["workload"]): r for r in table_rows(collect(records))}
+    assert 2.0 < rows["fake.slow", "ours"]["train_x_native"] < 4.5  # paired with native on the same sizes
+    text = write_report(tmp_path / "results.jsonl").read_text()
+    assert "| ours | 6 | 3 | 4 | 8 | 2 | 2 | 3..6 (packed) |" in text and "| fake.slow | lstm | ours |" in text
+
+
 # ---- the roof ----------------------------------------------------------------------------
 
 def test_the_roof_is_the_best_rate_of_any_shape_and_keeps_the_better_of_two_passes():
