@@ -17,15 +17,11 @@ import jax.numpy as jnp
 
 from shared.capabilities import Capabilities
 
+from shared.params import LayerParams
+
 from .. import cells
-from ..driver import LayerParams
-from ._common import declared_reason
 
 OPTIONS: dict = {}
-
-
-def unavailable_reason() -> str | None:
-    return None
 
 
 def _summed_biases(p: LayerParams):
@@ -70,10 +66,6 @@ def gru_update(gates, state: tuple, p: LayerParams) -> tuple:
 KERNELS = {"lstm": (lstm_dense, lstm_update), "gru": (gru_dense, gru_update)}
 
 CAPABILITIES = Capabilities(cells=tuple(KERNELS), proj_size=True)
-
-
-def unsupported_reason(spec, *, lengths: bool = False, dtype: str = "float32", device: str | None = None):
-    return declared_reason("naive", CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device)
 
 
 def run_direction(cell: cells.JaxCell, p: LayerParams, x, state: tuple, lengths, *, reverse: bool):

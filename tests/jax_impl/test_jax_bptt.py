@@ -106,7 +106,7 @@ def test_custom_vjp_against_finite_differences(cell, proj):
     lengths = jnp.asarray([3, 1])
 
     def f(params, x, hx):
-        out = jax_impl.rnn(params, x, hx, cell=cell, lengths=lengths, proj_size=proj, impl="bptt")
+        out = jax_impl.rnn(params, x, hx, cell=cell, lengths=lengths, proj_size=proj, backend="bptt")
         return jax.tree_util.tree_leaves(out)
 
     check_grads(f, (params, x, hx), order=1, modes=("rev",))
@@ -122,7 +122,7 @@ def test_vmap_and_jit_of_grad_agree_with_scan(cell):
     xs = jnp.asarray(rng.standard_normal((2, 4, 3, 2)))  # 2 problems of (T=4, B=3, I=2)
 
     def loss(params, x, impl):
-        out, (h_n, c_n) = jax_impl.rnn(params, x, cell=cell, impl=impl)
+        out, (h_n, c_n) = jax_impl.rnn(params, x, cell=cell, backend=impl)
         return jnp.sum(out ** 2) + jnp.sum(h_n * c_n)
 
     per_problem = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, None)), static_argnums=2)

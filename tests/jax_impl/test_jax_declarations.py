@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("jax")
 
 import jax_impl  # noqa: E402
-from shared import precision  # noqa: E402
+from shared import precision, registry  # noqa: E402
 from jax_impl import adapter, backends  # noqa: E402
 from shared.adapter import FrameworkAdapter  # noqa: E402
 from shared.capabilities import ANY_CELL  # noqa: E402
@@ -19,13 +19,13 @@ from shared.capabilities import ANY_CELL  # noqa: E402
 def test_declarations_are_what_the_registry_hard_coded():
     expected = {
         "naive": dict(cells=("lstm", "gru"), proj_size=True),
+        "flax_nnx": dict(cells=("lstm", "gru"), proj_size=False),
+        "flax_linen": dict(cells=("lstm", "gru"), proj_size=False),
         "scan": dict(cells=ANY_CELL, proj_size=True),
         "bptt": dict(cells=("lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before"), proj_size=True),
-        "flax_linen": dict(cells=("lstm", "gru"), proj_size=False),
-        "flax_nnx": dict(cells=("lstm", "gru"), proj_size=False),
         "cudnn": dict(cells=("lstm",), proj_size=False, dtypes=("float32",), devices=("cuda",)),
     }
-    assert tuple(expected) == backends.BACKENDS
+    assert tuple(expected) == backends.BACKENDS == registry.keys("jax")  # the ladder: the registry's order
     for name, want in expected.items():
         caps = backends.capabilities(name)
         assert caps is backends.MODULES[name].CAPABILITIES
@@ -33,7 +33,7 @@ def test_declarations_are_what_the_registry_hard_coded():
         got = dict(cells=caps.cells, proj_size=caps.proj_size, dtypes=caps.dtypes, devices=caps.devices)
         assert got == {"dtypes": precision.ALL, "devices": ("cpu", "cuda"), **want}, name
         assert caps.lengths and caps.bidirectional
-    assert backends.GENERIC_CELLS == ("scan",)
+    assert backends.CUSTOM_CELL_BACKENDS == ("scan",)
     assert backends.PROJ_BACKENDS == ("naive", "scan", "bptt")
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import torch_impl
+from shared import registry
 from shared.adapter import FrameworkAdapter
 from shared.capabilities import ANY_CELL
 from shared.cells import CUSTOM_CELLS, STANDARD_CELLS, get_cell
@@ -25,7 +26,7 @@ def test_declarations_are_what_the_registry_hard_coded():
         "bptt": dict(cells=("lstm", "gru", "peephole_lstm", "ln_lstm"), proj_size=True),
         "native": dict(cells=STANDARD_CELLS, proj_size=True),
     }
-    assert tuple(expected) == backends.BACKENDS
+    assert tuple(expected) == backends.BACKENDS == registry.keys("torch")  # the ladder: the registry's order
     for name, want in expected.items():
         caps = backends.capabilities(name)
         assert caps is backends.MODULES[name].CAPABILITIES
@@ -35,10 +36,12 @@ def test_declarations_are_what_the_registry_hard_coded():
     assert backends.CUSTOM_CELL_BACKENDS == ("eager", "compile")
 
 
-def test_the_old_name_of_bptt_is_an_alias():
+def test_the_old_name_of_bptt_is_an_alias_that_warns():
     assert backends.ALIASES == {"autograd": "bptt"}
-    assert adapter.get_adapter("autograd").key == "bptt"
-    assert torch_impl.capabilities("autograd") is torch_impl.capabilities("bptt")
+    with pytest.warns(DeprecationWarning, match="backend='autograd' is deprecated: use backend='bptt'"):
+        assert adapter.get_adapter("autograd").key == "bptt"
+    with pytest.warns(DeprecationWarning, match="backend='bptt'"):
+        assert torch_impl.capabilities("autograd") is torch_impl.capabilities("bptt")
 
 
 def test_every_cell_is_a_cell_object():

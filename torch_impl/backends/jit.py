@@ -24,6 +24,7 @@ from . import eager
 from ._common import in_autocast_dtype, recorded
 
 
+# The masking of `cells.mask_step`, written inline: TorchScript needs the state as typed tensors.
 def lstm_direction(x_proj: Tensor, h: Tensor, c: Tensor, w_hh_t: Tensor, w_hr_t: Optional[Tensor],
                    masks: List[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
     outputs: List[Tensor] = []

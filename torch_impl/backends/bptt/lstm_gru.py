@@ -48,9 +48,9 @@ import threading
 import torch
 
 from shared.cells import get_cell
+from shared.params import LayerParams
 
 from ... import cells
-from ...driver import LayerParams
 from .. import eager
 from .._common import differentiable_grads, kernel_backward_unusable
 from .gemm import Gemm
