@@ -393,7 +393,7 @@ def _reference_with_candidate(case, candidate, monkeypatch) -> dict[str, np.ndar
     step = reference.CellStep(lambda x, state, p: (tuple(plain(x, state, p)), None),
                               reference.complex_step_backward(plain), hand_written=False)
     with monkeypatch.context() as m:
-        m.setitem(reference._CELL_STEPS, case.spec.cell, step)
+        m.setitem(reference.CELLS.cells, case.spec.cell, step)
         return reference.run_case(case.spec, case.params, **parity.case_inputs(case))
 
 
