@@ -188,7 +188,7 @@ class Ladder:
         (a ValueError) naming the valid ones."""
         if isinstance(name, str) and name in self.aliases:
             from . import deprecation
-            deprecation.warn(f"backend={name!r}", stacklevel=4)
+            deprecation.warn(f"backend={name!r}")
             name = self.aliases[name]
         if not isinstance(name, str) or name not in self.modules:
             raise UnknownBackendError(f"unknown backend {name!r}; valid backends: {', '.join(self.modules)}")

@@ -8,8 +8,10 @@ Framework-neutral: no torch or jax here.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,23 @@ DEPRECATED: dict[str, Deprecated] = {d.old: d for d in (
 )}
 
 
-def warn(old: str, stacklevel: int = 3) -> None:
-    """A `DeprecationWarning` for earlier name `old` (a key of `DEPRECATED`), naming its replacement.
+_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / name) for name in ("shared", "torch_impl", "jax_impl"))
 
-    `stacklevel` 3 points at the caller of the function that calls this."""
+
+def _passed_over(filename: str) -> bool:
+    return filename.startswith(_PACKAGES) or "site-packages" in filename or filename.startswith("<frozen")
+
+
+def warn(old: str) -> None:
+    """A `DeprecationWarning` for earlier name `old` (a key of `DEPRECATED`), naming its
+    replacement, attributed to the first caller outside rnnbench's packages and the libraries
+    they call through (Flax's module constructors): the line that used the earlier name."""
     d = DEPRECATED[old]
+    frame, level = sys._getframe(1), 2
+    while frame is not None and _passed_over(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
     warnings.warn(f"{d.old} is deprecated: use {d.new} (it is removed in rnnbench {d.removed_in})",
-                  DeprecationWarning, stacklevel=stacklevel)
+                  DeprecationWarning, stacklevel=level)
 
 
 def markdown() -> str:

@@ -61,7 +61,7 @@ def resolve_backend(backend: str | None, impl: str | None, default: str = "scan"
         if backend is not None:
             raise TypeError(f"give backend= or its alias impl=, not both (got backend={backend!r}, "
                             f"impl={impl!r})")
-        deprecation.warn("impl=", stacklevel=4)
+        deprecation.warn("impl=")
         return impl
     return default if backend is None else backend
 

@@ -276,4 +276,4 @@ def test_jax_module_of_the_user_cell(mgu_in_jax):
     np.testing.assert_allclose(out, want["output"], rtol=0, atol=1e-12)
     np.testing.assert_allclose(h_n, want["h_n"], rtol=0, atol=1e-12)
     with pytest.raises(jax_impl.UnsupportedConfigError, match="jax.flax_nnx implements only lstm, gru, not 'mgu'"):
-        jax_impl.RNN("mgu", 3, 4, rngs=nnx.Rngs(0), impl="flax_nnx")
+        jax_impl.RNN("mgu", 3, 4, rngs=nnx.Rngs(0), backend="flax_nnx")
