@@ -209,8 +209,10 @@ class Ladder:
         return None if refused is None else refused.reason
 
     def unsupported_cell_reason(self, name: str, cell: str) -> str | None:
-        """None when rung `name` implements `cell`, else the reason it does not."""
-        return self.unsupported_reason(name, RNNSpec(cell, 1, 1))
+        """None when rung `name` implements `cell`, else the reason it does not (asked by name
+        only: a cell the catalogue does not know yet is refused, not an error)."""
+        name = self.check_name(name)
+        return self.declarations[name].cell_reason(f"{self.framework}.{name}", cell, self.cells, self.declarations)
 
     def gradient_reason(self, name: str, spec: RNNSpec) -> str | None:
         """None when rung `name` computes every gradient of this configuration, else why not (a
