@@ -122,7 +122,7 @@ gpu-check: venv
 
 # Every measured figure of README.md and docs/*.md is rendered from committed records
 # (docs/study/results.jsonl, JSON files): <!--fig KEY-->TEXT<!--/fig--> inline, or
-# <!--begin KEY--> ... <!--end KEY--> for a table (key grammar: shared/docs_figures.py).
+# <!--begin KEY--> ... <!--end KEY--> for a table (key grammar: shared/docs_figures/__init__.py).
 # To add one, write the marker with any TEXT and run `make docs`: it rewrites every figure from
 # the records in place. `make docs-check` changes nothing and fails on a figure that disagrees with
 # its record, has no record, or is written by hand (tests/shared/test_docs_figures.py checks the same).

@@ -16,9 +16,12 @@ packed-sequence semantics on a padded x.  The computation runs in x's dtype; par
 states are cast to it.  Static arguments for `jax.jit`: `num_layers`, `bidirectional`,
 `batch_first`, `proj_size`, `backend` and the backend's options.
 
-Backends (`BACKENDS`): `naive`, `scan`, `bptt` (scan forward, hand-written backward),
-`flax_linen`, `flax_nnx`, `cudnn`; `available_backends()` lists the ones that run here.
-`impl=` is the older name of `backend=` (`IMPLS`, `available_impls()` likewise).
+Backends (`BACKENDS`, in ladder order): `naive`, `flax_nnx`, `flax_linen`, `scan`, `bptt`
+(scan forward, hand-written backward), `cudnn`; `available_backends()` lists the ones that
+run here.  `impl=` is the earlier name of `backend=` (`IMPLS`, `available_impls()` likewise),
+accepted with a DeprecationWarning (docs/deprecations.md).  Errors: `UnknownBackendError`,
+`BackendUnavailableError`, `UnsupportedConfigError` (`shared.capabilities`, the classes
+torch_impl raises too).
 
 Flax NNX modules (`jax_impl.modules`): `LSTM`, `GRU`, and for the other cells
 `LayerNormLSTM`, `PeepholeLSTM`, `ResetBeforeGRU` or `RNN(cell, ...)` (parameters named as
@@ -31,23 +34,31 @@ its JAX step is registered: `jax_impl.register_cell(name, step)` (see `jax_impl.
 
 from __future__ import annotations
 
-from .backends import (BACKENDS, IMPLS, BackendUnavailableError, UnknownBackendError, available_backends,
-                       unavailable_reason)
+from shared import deprecation
+from shared.capabilities import BackendUnavailableError, UnknownBackendError, UnsupportedConfigError
+
+from .backends import BACKENDS, available_backends, unavailable_reason
 from .cells import register_cell
-from .driver import ImplUnavailableError, UnknownImplError, UnsupportedConfigError
 from .functional import gru, lstm, rnn
 from .xla_options import jit
 
-available_impls = available_backends  # the earlier name
-
 __all__ = ["gru", "lstm", "rnn", "register_cell", "jit", "BACKENDS", "available_backends", "unavailable_reason",
-           "IMPLS", "available_impls", "LSTM", "GRU", "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU",
-           "UnknownImplError", "ImplUnavailableError", "UnsupportedConfigError", "UnknownBackendError",
-           "BackendUnavailableError"]
+           "LSTM", "GRU", "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU", "UnsupportedConfigError",
+           "UnknownBackendError", "BackendUnavailableError"]
+
+# earlier names -> (the name `shared.deprecation` lists, the object now)
+_DEPRECATED = {"IMPLS": ("jax_impl.IMPLS", lambda: BACKENDS),
+               "available_impls": ("jax_impl.available_impls", lambda: available_backends),
+               "UnknownImplError": ("jax_impl.UnknownImplError", lambda: UnknownBackendError),
+               "ImplUnavailableError": ("jax_impl.ImplUnavailableError", lambda: BackendUnavailableError)}
 
 
-def __getattr__(name):  # the NNX modules import flax.nnx only when asked for
+def __getattr__(name):
     if name in ("LSTM", "GRU", "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU"):
-        from . import modules
+        from . import modules  # the NNX modules import flax.nnx only when asked for
         return getattr(modules, name)
+    if name in _DEPRECATED:
+        old, value = _DEPRECATED[name]
+        deprecation.warn(old)
+        return value()
     raise AttributeError(f"module 'jax_impl' has no attribute {name!r}")

@@ -18,11 +18,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from shared.adapter import BackendAdapter
 from shared.params import init_params
 from shared.precision import precision
 from shared.spec import RNNSpec
 
-from . import backends, driver
+from . import backends
+from .functional import check_lengths, check_options
 
 DEVICES = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu"}
 
@@ -67,32 +69,20 @@ def _device(device: str):
         raise RuntimeError(f"JAX has no {device} device here ({e})") from None
 
 
-class JaxAdapter:
+class JaxAdapter(BackendAdapter):
+    """One rung: the capability questions (`shared.adapter.BackendAdapter`), `run_case`,
+    `make_workload`; `options` go to the backend (e.g. unroll)."""
+
     framework = "jax"
+    backends = backends
 
     def __init__(self, key: str, **options):
-        self.key = backends.check_backend_name(key)  # unknown -> UnknownImplError listing the valid ones
+        super().__init__(key)
         self.options = options
-        self.capabilities = backends.capabilities(self.key)
-        self._module = backends.MODULES[self.key]
-        driver.check_options(self.key, self._module, options)
+        check_options(self.key, backends.MODULES[self.key], options)
 
     def __repr__(self):
         return f"JaxAdapter({self.key!r}{''.join(f', {k}={v!r}' for k, v in self.options.items())})"
-
-    # ---- capabilities ----------------------------------------------------------
-    def unavailable_reason(self, device: str = "cpu") -> str | None:
-        try:
-            device = _check_device_name(device)
-        except ValueError as e:
-            return str(e)
-        return backends.unavailable_reason(self.key, device)
-
-    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64",
-                           device: str | None = None) -> str | None:
-        return (backends.unsupported_reason(self.key, spec, lengths=lengths, dtype=dtype, device=device,
-                                            label=f"jax.{self.key}")
-                or backends.gradient_reason(self.key, spec))
 
     # ---- parity -----------------------------------------------------------------
     def _function(self, spec: RNNSpec, dtype: str = "float32"):
@@ -121,11 +111,7 @@ class JaxAdapter:
         import jax
         import jax.numpy as jnp
 
-        # the declaration (dtype on this device included); the gradient caveats are the caller's to ask
-        reason = backends.unsupported_reason(self.key, spec, lengths=lengths is not None, dtype=dtype, device=device,
-                                             label=f"jax.{self.key}")
-        if reason:
-            raise driver.UnsupportedConfigError(reason)
+        self.check(spec, lengths=lengths is not None, dtype=dtype, device=device)
         if spec.cell_def.has_cell_state and (h0 is None) != (c0 is None):
             raise ValueError("an LSTM takes h0 and c0 together or neither")
         dev = _device(device)
@@ -140,7 +126,7 @@ class JaxAdapter:
         if lengths is not None:
             B, T = (x.shape[0], x.shape[1]) if spec.batch_first else (x.shape[1], x.shape[0])
             # checked here, eagerly: inside jit the driver cannot see the values
-            jlengths = jax.device_put(driver.check_lengths(np.asarray(lengths), B, T), dev)
+            jlengths = jax.device_put(check_lengths(np.asarray(lengths), B, T), dev)
         # One compiled function per case, forward and backward together: eager dispatch
         # would compile every small op of `naive`'s time loop separately, and a vjp of a
         # jitted forward compiles twice.
@@ -178,6 +164,7 @@ class JaxAdapter:
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
                       device: str = "cpu", seed: int = 0, lengths=None) -> "JaxWorkload":
         _enable_x64_if(dtype)
+        self.check(spec, lengths=lengths is not None, dtype=dtype, device=device, gradients=True)
         return JaxWorkload(self, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed,
                            lengths=lengths)
 
@@ -193,10 +180,6 @@ class JaxWorkload:
         import jax
         import jax.numpy as jnp
 
-        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(
-            spec, lengths=lengths is not None, dtype=dtype, device=device)
-        if reason:
-            raise RuntimeError(f"cannot build a jax.{adapter.key} workload: {reason}")
         dev = _device(device)
         rng = np.random.default_rng(seed)
         put = lambda a: jax.device_put(jnp.asarray(a, dtype=precision(dtype).storage), dev)  # noqa: E731
@@ -206,7 +189,7 @@ class JaxWorkload:
         self.x = put(rng.standard_normal(x_shape))
         # variable lengths: the driver masks past each length (PyTorch's packed semantics)
         self.lengths = None if lengths is None else jax.device_put(
-            driver.check_lengths(np.asarray(lengths), batch, seq_len), dev)
+            check_lengths(np.asarray(lengths), batch, seq_len), dev)
         f = adapter._function(spec, dtype)
         self._forward = _jit(lambda x, params, lengths: f(x, None, params, lengths)["output"], dev)
         out = jax.eval_shape(self._forward, self.x, self.params, self.lengths)

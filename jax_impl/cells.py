@@ -147,12 +147,19 @@ def default_project(x2d: jax.Array, q: dict) -> jax.Array:
 
 
 JaxCell = FrameworkCell
-CELLS = CellTable("JAX", "jax_impl", default_project)
+CELLS = CellTable.for_framework("JAX", "jax_impl", default_project)
 JAX_CELLS = CELLS.cells
 register_cell = CELLS.register
 get_jax_cell = CELLS.get
-has_cell = CELLS.has  # the `has_step` of `shared.capabilities`
-has_jax_cell = has_cell  # the earlier name
+has_cell = CELLS.has
+
+
+def __getattr__(name):
+    if name == "has_jax_cell":  # the earlier name of has_cell
+        from shared import deprecation
+        deprecation.warn("jax_impl.cells.has_jax_cell")
+        return has_cell
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---- lstm and gru: PyTorch's cells -----------------------------------------------------------------
@@ -260,14 +267,19 @@ for _name, _parts in _BUILT_IN.items():
 
 # ---- the one masked time loop ----------------------------------------------------------------------
 
-def valid_steps(T: int, lengths: jax.Array) -> jax.Array:
-    """Boolean (T, B, 1): True where step t is inside sequence b (t < len_b)."""
-    return (jnp.arange(T, dtype=lengths.dtype)[:, None] < lengths[None, :])[:, :, None]
+def valid_steps(lengths: jax.Array | None, seq_len: int) -> jax.Array | None:
+    """Per-step masks, boolean (T, B, 1): True where step t is inside sequence b (t < lengths[b]);
+    None without lengths."""
+    if lengths is None:
+        return None
+    return (jnp.arange(seq_len, dtype=lengths.dtype)[:, None] < lengths[None, :])[:, :, None]
 
 
 def advance(valid: jax.Array | None, new: tuple, old: tuple) -> tuple[tuple, jax.Array]:
     """(state, output) after a step: with a mask (B, 1), a finished sequence (valid False)
-    holds its state and outputs zero; the one place the masking is written."""
+    holds its state and outputs zero.  Every forward loop masks with it: `time_loop`, `naive`
+    and the forward steps of `backends.bptt`'s kernels (whose backward masks the gradients
+    with `bptt.common.valid_only` / `mask_carry`, this function differentiated)."""
     if valid is None:
         return tuple(new), new[0]
     new = tuple(jnp.where(valid, n, o) for n, o in zip(new, old))
@@ -297,7 +309,7 @@ def time_loop(step: Callable, x_proj: jax.Array, state: tuple, q: dict, lengths:
         x_t, valid = inputs if lengths is not None else (inputs, None)
         return advance(valid, step(x_t, carry, q), carry)
 
-    xs = x_proj if lengths is None else (x_proj, valid_steps(T, lengths))
+    xs = x_proj if lengths is None else (x_proj, valid_steps(lengths, T))
     if remat:
         body = jax.checkpoint(body)
     state, outputs = lax.scan(body, tuple(state), xs, reverse=reverse, unroll=min(unroll, T))

@@ -7,8 +7,8 @@
 The parameters are `nnx.Param` attributes named as PyTorch's `state_dict`
 (`model.weight_ih_l0`, `model.bias_hh_l1_reverse`, ...), initialised like PyTorch
 (U(-1/sqrt(H), 1/sqrt(H)); a catalogue cell's extras by their own rule, both from
-`shared.params.param_inits`).  `backend=` picks the rung (`impl=`, its older name, is
-still accepted).  `load_state_dict` takes a PyTorch `state_dict` (tensors or
+`shared.params.param_inits`).  `backend=` picks the rung (`impl=`, its earlier name, is
+accepted with a DeprecationWarning).  `load_state_dict` takes a PyTorch `state_dict` (tensors or
 arrays) and `from_torch(module)` builds a model from an `nn.LSTM`/`nn.GRU`.  Train it like
 any NNX module, e.g. `nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)`.  `dropout`
 acts between layers while the module is in training mode (`model.train()`, the default,
@@ -29,11 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from shared import deprecation
+from shared.capabilities import UnsupportedConfigError
 from shared.cells import get_cell
 from shared.params import check_params, param_inits
 from shared.spec import RNNSpec
 
-from . import backends, cells, driver
+from . import backends, cells, functional
 
 
 def _to_numpy(value) -> np.ndarray:
@@ -52,17 +54,15 @@ class _RNN(nnx.Module):
                  **backend_options):
         backend = backends.check_backend_name(backends.resolve_backend(backend, impl))  # unknown -> the valid ones
         cells.get_jax_cell(self.cell)  # no JAX step -> error saying how to register one
-        reason = backends.unsupported_cell_reason(backend, self.cell)
-        if reason is not None:
-            raise driver.UnsupportedConfigError(reason)
         spec = RNNSpec(cell=self.cell, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
                        bias=bias, batch_first=batch_first, bidirectional=bidirectional, proj_size=proj_size,
                        dropout=float(dropout))
-        driver.check_options(backend, backends.MODULES[backend], backend_options)
+        functional.check_options(backend, backends.MODULES[backend], backend_options)
+        # the declaration, asked once at construction (each call asks the front door's one check)
         reason = backends.unsupported_reason(backend, spec, dtype=jnp.dtype(dtype or param_dtype).name,
-                                             device=driver.default_device())
+                                             device=functional.default_device())
         if reason is not None:
-            raise driver.UnsupportedConfigError(f"backend {backend!r} cannot run this configuration: {reason}")
+            raise UnsupportedConfigError(f"backend {backend!r} cannot run this configuration: {reason}")
         self.spec = spec
         self.backend = backend
         self.backend_options = dict(backend_options)
@@ -80,12 +80,14 @@ class _RNN(nnx.Module):
 
     @property
     def impl(self) -> str:
-        """The earlier name of `backend`."""
+        """The earlier name of `backend` (a DeprecationWarning)."""
+        deprecation.warn("model.impl")
         return self.backend
 
     @property
     def impl_options(self) -> dict:
-        """The earlier name of `backend_options`."""
+        """The earlier name of `backend_options` (a DeprecationWarning)."""
+        deprecation.warn("model.impl")
         return self.backend_options
 
     # ---- PyTorch-style attributes ------------------------------------------------
@@ -142,10 +144,10 @@ class _RNN(nnx.Module):
     def _run(self, x, hx, lengths):
         s = self.spec
         between = self.dropout if self.dropout is not None and not self.dropout.deterministic else None
-        return driver.run(self.cell, self.canonical_params(), x, hx, lengths=lengths, num_layers=s.num_layers,
-                          bidirectional=s.bidirectional, batch_first=s.batch_first, proj_size=s.proj_size,
-                          backend=self.backend, between_layers=between, dtype=self.dtype,
-                          **self.backend_options)
+        return functional.run(self.cell, self.canonical_params(), x, hx, lengths=lengths, num_layers=s.num_layers,
+                              bidirectional=s.bidirectional, batch_first=s.batch_first, proj_size=s.proj_size,
+                              backend=self.backend, between_layers=between, dtype=self.dtype,
+                              **self.backend_options)
 
 
 class LSTM(_RNN):

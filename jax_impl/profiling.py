@@ -16,8 +16,8 @@ Times are the trace's event durations summed per instruction: with several threa
 ops that run concurrently both count, so the sum can exceed the wall time (which is
 reported beside it).  Some work is not in the trace: the while loops' own overhead, and
 an op XLA runs asynchronously -- a large Eigen `dot` on its thread pool -- may show only
-its launch (in `jax.bptt`'s S1 step the one-GEMM weight gradients show 3 ms, and the op
-times sum to ~60 ms less than the wall time); a sum well below the wall time is the sign.  Control-flow
+its launch (`jax.bptt`'s one-GEMM weight gradients can look far cheaper than they are); a
+sum of op times well below the wall time is the sign.  Control-flow
 instructions (while, call, conditional) are left out: their events span their bodies'.
 """
 

@@ -1,4 +1,4 @@
-"""Training loop in JAX: an RNN impl + linear head, optax, global-norm clipping.
+"""Training loop in JAX: an RNN backend + linear head, optax, global-norm clipping.
 
 Mirrors `torch_impl/train.py` line for line, so that the two frameworks train the same
 model on the same batches from the same initial parameters (`shared.tasks.TrainConfig`)
@@ -38,9 +38,11 @@ import optax  # noqa: E402
 from shared.tasks import Batch, TrainConfig, TrainResult  # noqa: E402
 
 from . import xla_options  # noqa: E402
+from .functional import rnn  # noqa: E402
 from .precision import compute_dtype, storage_dtype  # noqa: E402
 
-__all__ = ["clip_by_global_norm_like_torch", "make_optimizer", "train", "hidden_grad_norms", "rnn_apply"]
+__all__ = ["clip_by_global_norm_like_torch", "make_optimizer", "train", "hidden_grad_norms", "evaluate_mse",
+           "rnn_apply"]
 
 TORCH_CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds this to the norm
 
@@ -81,15 +83,13 @@ def make_optimizer(config: TrainConfig, clip: str = "torch") -> optax.GradientTr
     return optax.chain(clipper, opt)
 
 
-def rnn_apply(spec, impl: str, rnn_params, x, lengths=None, hx=None, compute=None):
+def rnn_apply(spec, backend: str, rnn_params, x, lengths=None, hx=None, compute=None):
     """`jax_impl.rnn(cell=spec.cell)` (`lstm`/`gru` or any catalogue cell) on time-major x
     (T, B, I): (output time-major, state); `compute`: the compute dtype (Flax's `dtype`)."""
-    import jax_impl
     if spec.batch_first:
         x = jnp.swapaxes(x, 0, 1)
-    out, state = jax_impl.rnn(rnn_params, x, hx, cell=spec.cell, lengths=lengths, num_layers=spec.num_layers,
-                              bidirectional=spec.bidirectional, batch_first=spec.batch_first, backend=impl,
-                              dtype=compute)
+    out, state = rnn(rnn_params, x, hx, cell=spec.cell, lengths=lengths, num_layers=spec.num_layers,
+                     bidirectional=spec.bidirectional, batch_first=spec.batch_first, backend=backend, dtype=compute)
     if spec.batch_first:
         out = jnp.swapaxes(out, 0, 1)
     return out, state
@@ -108,8 +108,8 @@ def _final_features(spec, out, last):
     return features
 
 
-def _loss(spec, impl, params, x, y, lengths, last, compute=None):
-    out, _ = rnn_apply(spec, impl, params["rnn"], x, lengths, compute=compute)
+def _loss(spec, backend, params, x, y, lengths, last, compute=None):
+    out, _ = rnn_apply(spec, backend, params["rnn"], x, lengths, compute=compute)
     head = params["head"] if compute is None else jax.tree.map(lambda a: a.astype(compute), params["head"])
     pred = _head(head, _final_features(spec, out, last)).astype(y.dtype)  # the loss in the storage dtype
     return jnp.mean((pred - y) ** 2)
@@ -121,9 +121,9 @@ def _arrays(batch: Batch, jdt):
             jnp.asarray(batch.last_index(), dtype=jnp.int32))
 
 
-def train(config: TrainConfig, impl: str = "scan", dtype: str = "float64", *, clip: str = "torch",
+def train(config: TrainConfig, backend: str = "scan", dtype: str = "float64", *, clip: str = "torch",
           rnn_params: dict | None = None, head_params: dict | None = None) -> TrainResult:
-    """Train `config.steps` steps with `jax_impl.lstm/gru(impl=...)`; record every step.
+    """Train `config.steps` steps with `jax_impl.lstm/gru(backend=...)`; record every step.
 
     `dtype` is a precision (`shared.precision`): a mixed one keeps float32 parameters, gradients
     and optax state and computes in its compute dtype (Flax's `dtype`/`param_dtype` policy).
@@ -144,7 +144,7 @@ def train(config: TrainConfig, impl: str = "scan", dtype: str = "float64", *, cl
 
     @xla_options.jit
     def step(params, opt_state, x, y, lengths, last):
-        loss, grads = jax.value_and_grad(partial(_loss, spec, impl, compute=compute_dtype(dtype)))(
+        loss, grads = jax.value_and_grad(partial(_loss, spec, backend, compute=compute_dtype(dtype)))(
             params, x, y, lengths, last)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, optax.global_norm(grads)
@@ -158,10 +158,10 @@ def train(config: TrainConfig, impl: str = "scan", dtype: str = "float64", *, cl
     eps = TORCH_CLIP_EPS if clip == "torch" else 0.0
     clipped = norms + eps > config.clip_norm
     to_np = lambda tree: {k: np.asarray(v, dtype=np.float64) for k, v in tree.items()}  # noqa: E731
-    return TrainResult("jax", impl, dtype, losses, norms, clipped, seconds, to_np(params["rnn"]), to_np(params["head"]))
+    return TrainResult("jax", backend, dtype, losses, norms, clipped, seconds, to_np(params["rnn"]), to_np(params["head"]))
 
 
-def hidden_grad_norms(config: TrainConfig, impl: str, steps, *, rnn_params=None, head_params=None,
+def hidden_grad_norms(config: TrainConfig, backend: str, steps, *, rnn_params=None, head_params=None,
                       batch_index: int = 0, dtype: str = "float64") -> dict[int, float]:
     """||dL/dh_t|| (Frobenius over the batch) for each t in `steps` (1-based, 1 <= t <= T).
 
@@ -188,25 +188,34 @@ def hidden_grad_norms(config: TrainConfig, impl: str, steps, *, rnn_params=None,
     for t in steps:
         if not 1 <= t <= T:
             raise ValueError(f"step {t} outside [1, T={T}]")
-        norms[int(t)] = float(_hidden_grad_norm_fn(spec, impl, int(t))(rnn, head, x, y))
+        norms[int(t)] = float(_hidden_grad_norm_fn(spec, backend, int(t))(rnn, head, x, y))
     return norms
 
 
+def evaluate_mse(config: TrainConfig, backend: str, rnn_params: dict, head_params: dict, batch: Batch,
+                 dtype: str = "float64") -> float:
+    """Mean squared error of the model on `batch` (no gradients): for held-out batches."""
+    jdt = _jax_dtype(dtype)
+    params = {"rnn": {k: jnp.asarray(v, dtype=jdt) for k, v in rnn_params.items()},
+              "head": {k: jnp.asarray(v, dtype=jdt) for k, v in head_params.items()}}
+    return float(_loss(config.spec(), backend, params, *_arrays(batch, jdt), compute=compute_dtype(dtype)))
+
+
 @lru_cache(maxsize=None)
-def _hidden_grad_norm_fn(spec, impl: str, t: int):
-    """jit((rnn, head, x, y) -> ||dL/dh_t||), one compilation per (spec, impl, t) and shape."""
+def _hidden_grad_norm_fn(spec, backend: str, t: int):
+    """jit((rnn, head, x, y) -> ||dL/dh_t||), one compilation per (spec, backend, t) and shape."""
     is_lstm = spec.cell_def.has_cell_state  # state (h, c); gru-family cells carry h
 
     def norm(rnn, head, x, y):
         T = x.shape[0]
-        _, state = rnn_apply(spec, impl, rnn, x[:t])
+        _, state = rnn_apply(spec, backend, rnn, x[:t])
         h_t, c_t = state if is_lstm else (state, None)
 
         def loss_of_h(h):
             if t == T:
                 pred = _head(head, h[-1])
             else:
-                out, _ = rnn_apply(spec, impl, rnn, x[t:], hx=(h, c_t) if is_lstm else h)
+                out, _ = rnn_apply(spec, backend, rnn, x[t:], hx=(h, c_t) if is_lstm else h)
                 pred = _head(head, out[-1])
             return jnp.mean((pred - y) ** 2)
 

@@ -77,7 +77,7 @@ def jax_function(impl: str, cell: str, workload: str, mode: str, *, unroll: int 
     options = dict(unroll=unroll, remat=remat) if impl == "scan" else {}
 
     def run(params, x):
-        return jax_impl.rnn(params, x, cell=cell, impl=impl, **options)[0]
+        return jax_impl.rnn(params, x, cell=cell, backend=impl, **options)[0]
 
     # jax_impl.jit: jax.jit with rnnbench's XLA options (RNNBENCH_XLA, set by --xla)
     if mode == "forward":

@@ -27,6 +27,7 @@ from typing import Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
+from .capabilities import BackendUnavailableError, UnsupportedConfigError
 from .spec import RNNSpec
 
 
@@ -65,6 +66,47 @@ class Adapter(Protocol):
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
                       device: str = "cpu", seed: int = 0) -> Workload:
         """Build a timed workload: random inputs and canonical parameters from `seed`."""
+
+
+class BackendAdapter:
+    """The capability questions of an `Adapter`, answered the same way in both frameworks: a
+    framework's adapter class sets `framework` and `backends` (its `backends` package, whose
+    functions have the same names in both) and adds `run_case` and `make_workload`."""
+
+    framework: str
+    backends = None  # the framework's backends package (torch_impl.backends, jax_impl.backends)
+
+    def __init__(self, key: str):
+        self.key = self.backends.check_backend_name(key)  # unknown -> UnknownBackendError naming the valid ones
+        self.capabilities = self.backends.capabilities(self.key)
+
+    @property
+    def name(self) -> str:
+        return f"{self.framework}.{self.key}"
+
+    def unavailable_reason(self, device: str = "cpu") -> str | None:
+        return self.backends.unavailable_reason(self.key, device)
+
+    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64",
+                           device: str | None = None) -> str | None:
+        """The declaration's verdict, with the caveat of a rung that runs a configuration but
+        cannot give all its gradients (the parity matrix and the study check every gradient)."""
+        return (self.backends.unsupported_reason(self.key, spec, lengths=lengths, dtype=dtype, device=device)
+                or self.backends.gradient_reason(self.key, spec))
+
+    def check(self, spec: RNNSpec, *, lengths: bool, dtype: str, device: str, gradients: bool = False) -> None:
+        """A measurement's one ask (`run_case`, `make_workload`): `BackendUnavailableError` or
+        `UnsupportedConfigError` (a ValueError) with the reason, or nothing.  With `gradients`
+        (a workload's train step) the gradient caveat counts too; `run_case` leaves it to its
+        caller (`unsupported_reason`), so that a rung is still compared where it runs."""
+        reason = self.unavailable_reason(device)
+        if reason is not None:
+            raise BackendUnavailableError(f"{self.name} cannot run on {device}: {reason}")
+        reason = self.backends.unsupported_reason(self.key, spec, lengths=lengths, dtype=dtype, device=device)
+        if reason is None and gradients:
+            reason = self.backends.gradient_reason(self.key, spec)
+        if reason is not None:
+            raise UnsupportedConfigError(reason)
 
 
 @runtime_checkable

@@ -160,37 +160,60 @@ class FrameworkCell:
 
 
 class CellTable:
-    """A framework's steps for catalogue cells, by cell name (the built-ins and users' own)."""
+    """One implementation's steps for catalogue cells, by cell name (the built-ins and users' own).
 
-    def __init__(self, kind: str, package: str, default_project: Callable):
-        self.kind, self.package, self.default_project = kind, package, default_project
-        self.cells: dict[str, FrameworkCell] = {}
+    Each framework has one (`torch_impl.cells.CELLS`, `jax_impl.cells.CELLS`, built by
+    `for_framework`: its entries are `FrameworkCell`s), and so has the NumPy reference
+    (`shared.reference.CELLS`: step and step backward).  `build(defn, *args, **kwargs)` makes an
+    entry from what `register` is given; `register_hint` is the function a user calls to add
+    one (named in the error for a cell without a step).
+    """
+
+    def __init__(self, kind: str, register_hint: str, build: Callable):
+        self.kind, self.register_hint, self.build = kind, register_hint, build
+        self.cells: dict[str, object] = {}
         self.built_in: set[str] = set()
 
-    def register(self, name: str, step: Callable, project: Callable | None = None,
-                 prepare: Callable | None = None, *, built_in: bool = False) -> FrameworkCell:
-        """Give catalogue cell `name` its step (and optionally its hoisted projection and its
-        per-call weight preparation).  Register the `CellDef` first (`register_cell` here);
-        registering the same functions again is harmless, different ones raise."""
-        cell = FrameworkCell(get_cell(name), step, project or self.default_project, prepare or canonical_names)
-        if name in self.cells and self.cells[name] != cell:
+    @classmethod
+    def for_framework(cls, kind: str, package: str, default_project: Callable) -> CellTable:
+        """A framework's table of `FrameworkCell`s: `register(name, step, project=None, prepare=None)`."""
+        def build(defn: CellDef, step: Callable, project: Callable | None = None,
+                  prepare: Callable | None = None) -> FrameworkCell:
+            return FrameworkCell(defn, step, project or default_project, prepare or canonical_names)
+        return cls(kind, f"{package}.register_cell", build)
+
+    def register(self, name: str, *args, built_in: bool = False, **kwargs):
+        """Give catalogue cell `name` its entry, built from `args` (a framework: the step, and
+        optionally its hoisted projection and its per-call weight preparation).  Register the
+        `CellDef` first (`register_cell` here); registering the same functions again is
+        harmless, different ones raise."""
+        if name not in CELL_DEFS:
+            raise ValueError(f"cell must be one of {tuple(CELL_DEFS)}, got {name!r}: register its CellDef first "
+                             "with shared.cells.register_cell")
+        entry = self.build(CELL_DEFS[name], *args, **kwargs)
+        if name in self.cells and self.cells[name] != entry:
             raise ValueError(f"a different {self.kind} step is already registered for cell {name!r}"
                              + (" (a built-in cell: register a new cell name)" if name in self.built_in else ""))
-        self.cells[name] = cell
+        self.cells[name] = entry
         if built_in:
             self.built_in.add(name)
-        return cell
+        return self.cells[name]
 
-    def get(self, name: str) -> FrameworkCell:
+    def get(self, name: str):
         try:
             return self.cells[name]
         except KeyError:
             get_cell(name)  # a name outside the catalogue raises naming the catalogue's cells
-            raise ValueError(f"cell {name!r} has no {self.kind} step; add one with "
-                             f"{self.package}.register_cell({name!r}, step)") from None
+            raise ValueError(self.missing_reason(name)) from None
 
     def has(self, name: str) -> bool:
         return name in self.cells
+
+    def missing_reason(self, name: str) -> str | None:
+        """None when cell `name` has a step here, else what to register."""
+        if name in self.cells:
+            return None
+        return f"cell {name!r} has no {self.kind} step; add one with {self.register_hint}({name!r}, step)"
 
 
 def markdown_table(names: tuple[str, ...] | None = None) -> str:

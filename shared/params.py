@@ -2,11 +2,13 @@
 
 Every implementation takes these and every converter starts from them.  Gate order is
 `i, f, g, o` (LSTM) and `r, z, n` (GRU) along the first axis of each weight and bias.
+`LayerParams` is one layer and direction's share of them, what both frameworks' rungs take.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -15,6 +17,30 @@ from .spec import GATES, RNNSpec
 
 class ParamError(ValueError):
     """Canonical parameters do not match a spec (missing, unexpected or mis-shaped)."""
+
+
+class LayerParams(NamedTuple):
+    """The canonical arrays (NumPy, torch or JAX) of one layer and direction; biases and the
+    projection None when absent.  Both frameworks' rungs take one (`run_direction`)."""
+
+    w_ih: Any  # (G*H, I)
+    w_hh: Any  # (G*H, H_out)
+    b_ih: Any | None  # (G*H,)
+    b_hh: Any | None  # (G*H,)
+    w_hr: Any | None  # (H_out, H), LSTM with proj_size only
+    extras: Mapping[str, Any] | None = None  # a catalogue cell's extra params by prefix; None for lstm/gru
+
+
+def layer_params(spec: RNNSpec, params: Mapping, layer: int, direction: int) -> LayerParams:
+    """Layer `layer`, direction `direction` of the canonical `params` (names as `spec.param_shapes()`)."""
+    s = spec.suffix(layer, direction)
+    extra_params = spec.cell_def.extra_params
+    return LayerParams(
+        w_ih=params[f"weight_ih_{s}"], w_hh=params[f"weight_hh_{s}"],
+        b_ih=params[f"bias_ih_{s}"] if spec.bias else None,
+        b_hh=params[f"bias_hh_{s}"] if spec.bias else None,
+        w_hr=params[f"weight_hr_{s}"] if spec.proj_size else None,
+        extras={e.prefix: params[f"{e.prefix}_{s}"] for e in extra_params} if extra_params else None)
 
 
 def check_params(spec: RNNSpec, params: Mapping) -> None:
@@ -44,7 +70,7 @@ def init_params(spec: RNNSpec, seed: int | np.random.Generator = 0, *, scheme: s
     """Fresh canonical parameters.
 
     scheme="pytorch": every entry U(-1/sqrt(H), 1/sqrt(H)), as `nn.LSTM.reset_parameters`.
-    scheme="orthogonal": the LSTM seed's recommendation: orthogonal recurrent weights per
+    scheme="orthogonal": a common LSTM recipe: orthogonal recurrent weights per
     gate block, Xavier-uniform input weights, zero biases except the LSTM forget gate's
     `bias_ih` slice set to 1 (so b_ih + b_hh gives forget bias 1).
     """

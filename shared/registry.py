@@ -2,9 +2,11 @@
 
 Each row names an implementation (`torch.eager`, `jax.scan`, ...), where its adapter
 lives (imported lazily, so this module never imports torch or jax) and its rung on the
-ladder.  What it computes is declared next to its code (`shared.capabilities`) and read
-through the adapter.  `get(name)` raises with the valid names on a typo;
-`Implementation.unavailable_reason(device)` says why one cannot run here.
+ladder.  The rows are the one place the ladder's order is written: each framework's
+`backends` package takes its `BACKENDS` from `keys(framework)` and imports the rung
+`<key>` from its module `backends/<key>.py`.  What a rung computes is declared next to its
+code (`shared.capabilities`) and read through the adapter.  `get(name)` raises with the
+valid names on a typo; `Implementation.unavailable_reason(device)` says why one cannot run here.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import importlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from . import deprecation
 from .capabilities import Capabilities
 from .spec import RNNSpec
 
@@ -69,8 +72,7 @@ class Implementation:
     def unavailable_reason(self, device: str = "cpu") -> str | None:
         """None if this implementation can run on `device` here; otherwise why not."""
         if self.capabilities is not None and device not in self.capabilities.devices:
-            return self.capabilities.explain(
-                "device", f"{self.name} runs only on {', '.join(self.capabilities.devices)}, not {device}")
+            return self.capabilities.device_reason(self.name, device)
         try:
             adapter = self.adapter()
             caps = self.declared()
@@ -78,9 +80,7 @@ class Implementation:
             return f"{self.name}: cannot import its adapter ({e})"
         except Exception as e:  # an adapter that cannot be built is unavailable, not a crash
             return f"{self.name}: its adapter failed to load ({type(e).__name__}: {e})"
-        if device not in caps.devices:
-            return caps.explain("device", f"{self.name} runs only on {', '.join(caps.devices)}, not {device}")
-        return adapter.unavailable_reason(device)
+        return caps.device_reason(self.name, device) or adapter.unavailable_reason(device)
 
     def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64",
                            device: str | None = None) -> str | None:
@@ -115,9 +115,9 @@ def _load_adapter(path: str, key: str):
 
 _ROWS = [
     # PyTorch ladder (torch_impl.BACKENDS)
-    Implementation("torch.naive", "seeds' cell: cat([x, h]) + one Linear per step, x[t] indexing", 0),
+    Implementation("torch.naive", "the textbook loop: cat([x, h]) + one Linear per step, x[t] indexing", 0),
     Implementation("torch.cell_loop", "nn.LSTMCell / nn.GRUCell in a Python loop", 1),
-    Implementation("torch.jit", "TorchScript-scripted eager loop (the first seed's advice)", 2),
+    Implementation("torch.jit", "TorchScript-scripted eager loop", 2),
     Implementation("torch.eager", "hoisted input GEMM, one addmm per step, unbind, fused gates", 3),
     Implementation("torch.compile", "torch.compile of the step (compile time independent of T)", 4),
     Implementation("torch.bptt", "custom autograd.Function, hand-written BPTT, batched weight-grad GEMMs", 5),
@@ -125,7 +125,7 @@ _ROWS = [
     # JAX ladder (jax_impl.BACKENDS)
     Implementation("jax.naive", "Python loop over time, cat([x, h]) + one dense per step", 0,
                    not_in_default_study="XLA traces the unrolled Python loop: its first train step at S1/S2 "
-                                        "takes minutes to compile (over 240 s here)"),
+                                        "takes minutes to compile"),
     Implementation("jax.flax_nnx", "Flax NNX's own LSTMCell / GRUCell", 1),
     Implementation("jax.flax_linen", "flax.linen.RNN with OptimizedLSTMCell / GRUCell", 2),
     Implementation("jax.scan", "lax.scan, hoisted input projection, fused gates", 3),
@@ -142,14 +142,23 @@ def names(framework: str | None = None) -> list[str]:
     return [r.name for r in sorted(rows, key=lambda r: (r.framework != "torch", r.rung))]
 
 
+def keys(framework: str) -> tuple[str, ...]:
+    """The rung names (`eager`, `scan`, ...) of one framework, in ladder order: its `BACKENDS`."""
+    return tuple(REGISTRY[n].key for n in names(framework))
+
+
 def default_study_names() -> list[str]:
     """What `rnnbench compare` measures without --impls (every name not opted out)."""
     return [n for n in names() if not REGISTRY[n].not_in_default_study]
 
 
 def canonical_name(name: str) -> str:
-    """`name` with an earlier alias resolved (`torch.autograd` -> `torch.bptt`)."""
-    return ALIASES.get(name, name)
+    """`name` with an earlier alias resolved (`torch.autograd` -> `torch.bptt`, with a
+    DeprecationWarning: `shared.deprecation`)."""
+    if name in ALIASES:
+        deprecation.warn(name)
+        return ALIASES[name]
+    return name
 
 
 def get(name: str) -> Implementation:

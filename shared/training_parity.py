@@ -10,8 +10,9 @@ parameters on the same batches (`shared.tasks`).  The report holds
 - the float32 drift: each framework's fastest implementation trained in float32,
   compared with the float64 curve and with each other (measured, bounded sanely by
   FLOAT32_BOUND, not a precision claim);
-- ||dL/dh_t|| at t = 1, T/2, T for every implementation (the table the GRU seed prints
-  with different numbers per implementation; here they must be the same), at the
+- ||dL/dh_t|| at t = 1, T/2, T for every implementation (a vanishing-gradient table that
+  hand-written RNNs often print with different numbers per implementation; here they must
+  be the same), at the
   initial and at the trained parameters;
 - the cost of stock `optax.clip_by_global_norm` against torch's clip formula;
 - the first step checked against the float64 NumPy reference (`shared.reference`): the

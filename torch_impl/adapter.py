@@ -16,13 +16,14 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from shared.adapter import BackendAdapter
 from shared.params import check_params, init_params
 from shared.spec import RNNSpec
 
 from . import backends
 from .modules import module_for
-
-from .precision import compute_context, ieee_float32, storage_dtype as torch_dtype
+from .precision import compute_context, ieee_float32
+from .precision import storage_dtype as torch_dtype
 
 
 def build_module(spec: RNNSpec, backend: str, params: Mapping[str, np.ndarray] | None = None, *,
@@ -42,33 +43,21 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-class TorchAdapter:
-    framework = "torch"
+class TorchAdapter(BackendAdapter):
+    """One rung: the capability questions (`shared.adapter.BackendAdapter`), `run_case`, `make_workload`."""
 
-    def __init__(self, key: str):
-        self.key = backends.check_backend_name(key)
-        self.capabilities = backends.capabilities(self.key)
+    framework = "torch"
+    backends = backends
 
     def __repr__(self) -> str:
         return f"TorchAdapter({self.key!r})"
-
-    def unavailable_reason(self, device: str = "cpu") -> str | None:
-        return backends.unavailable_reason(self.key, device)
-
-    def unsupported_reason(self, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float64",
-                           device: str | None = None) -> str | None:
-        return backends.unsupported_cell_reason(self.key, spec.cell) or self.capabilities.unsupported_reason(
-            f"torch.{self.key}", spec, lengths=lengths, dtype=dtype, device=device)
 
     def run_case(self, spec: RNNSpec, params: Mapping[str, np.ndarray], x: np.ndarray,
                  h0: np.ndarray | None = None, c0: np.ndarray | None = None,
                  lengths: np.ndarray | None = None,
                  cotangents: Mapping[str, np.ndarray] | None = None, *,
                  dtype: str = "float64", device: str = "cpu") -> dict[str, np.ndarray]:
-        reason = self.unsupported_reason(spec, lengths=lengths is not None, dtype=dtype, device=device) or \
-            self.unavailable_reason(device)
-        if reason:
-            raise ValueError(reason)
+        self.check(spec, lengths=lengths is not None, dtype=dtype, device=device)
         has_c = spec.cell_def.has_cell_state
         if has_c and (h0 is None) != (c0 is None):
             raise ValueError(f"an LSTM-family cell ({spec.cell}) takes h0 and c0 together or not at all")
@@ -118,10 +107,7 @@ class TorchAdapter:
 
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
                       device: str = "cpu", seed: int = 0, lengths=None) -> "TorchWorkload":
-        reason = (self.unsupported_reason(spec, lengths=lengths is not None, dtype=dtype, device=device)
-                  or self.unavailable_reason(device))
-        if reason:
-            raise ValueError(reason)
+        self.check(spec, lengths=lengths is not None, dtype=dtype, device=device, gradients=True)
         return TorchWorkload(self.key, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed,
                              lengths=lengths)
 

@@ -50,7 +50,7 @@ def default_project(x2d: Tensor, q: dict) -> Tensor:
 
 
 TorchCell = FrameworkCell
-CELLS = CellTable("torch", "torch_impl", default_project)
+CELLS = CellTable.for_framework("torch", "torch_impl", default_project)
 TORCH_CELLS = CELLS.cells
 register_cell = CELLS.register
 get_torch_cell = CELLS.get
@@ -193,13 +193,23 @@ def valid_steps(lengths: Optional[Tensor], seq_len: int) -> List[Tensor]:
     return list((steps < lengths.unsqueeze(0)).unsqueeze(-1).unbind(0))
 
 
+def mask_step(m: Tensor, new: tuple, old: tuple) -> tuple:
+    """(state, output) after a step with mask m (B, 1): a finished sequence (m False) holds its
+    state and outputs zero."""
+    return tuple(torch.where(m, n, o) for n, o in zip(new, old)), new[0] * m
+
+
 def advance(masks: List[Tensor], t: int, new: tuple, old: tuple) -> tuple:
-    """(state, output) after step t: with masks, a finished sequence (masks[t] False) holds
-    its state and outputs zero; the one place the masking is written."""
+    """(state, output) after step t (`mask_step` with masks[t]; no masks: the new state).
+
+    Every Python loop masks with it (`time_loop`, `naive`, `cell_loop`), and `compile` calls
+    `mask_step` inside its compiled step.  Two rungs mask their own way: `jit`'s scripted loops
+    write the same two `torch.where`s inline (TorchScript needs the state as typed tensors,
+    not a tuple of any length), and `bptt`'s kernels zero the outputs past each length after
+    their forward (see `backends.bptt.lstm_gru`)."""
     if not masks:
         return tuple(new), new[0]
-    m = masks[t]
-    return tuple(torch.where(m, n, o) for n, o in zip(new, old)), new[0] * m
+    return mask_step(masks[t], new, old)
 
 
 def project_all(cell: TorchCell, x: Tensor, q: dict) -> Tensor:

@@ -1,36 +1,40 @@
-"""Layers x directions, for every backend that runs one direction at a time.
+"""The stacker: layers x directions over a rung, PyTorch's packed-sequence semantics.
 
-Mirrors `jax_impl/driver.py`: the same `LayerParams`, the same `run_layer` contract.
-A backend module's `run_direction(cell, p, x, state, lengths)` runs one layer forward in
-time over time-major x (T, B, I), from `state` = (h,) or (h, c), and returns
-(output (T, B, H_out) with zeros past each length, final state tuple).  `run_layer` adds
-the reverse direction: each sequence's valid part reversed (the input gathered with
-idx[t, b] = lengths[b] - 1 - t for t < lengths[b], else t; the permutation is its own
-inverse, so the output is gathered back with it), PyTorch's packed-sequence semantics.
-`run` stacks the layers, concatenates the directions and applies dropout between
-layers in training mode, as `nn.LSTM` does.
+Mirrors `jax_impl/driver.py`: the same `LayerParams`, `run_layer` and `run`, with the same
+arguments in the same order.  `run(backend, cell, spec, params, x, state, lengths)` runs the
+stack `spec` describes with the canonical `params` (a mapping of `state_dict` names to
+tensors) on time-major `x`, from `state` = (h0,) or (h0, c0), each (L*D, B, .), and returns
+(output, state_n tuple).  `x` is a padded (T, B, I) tensor with optional `lengths`, or a
+`PackedSequence` (the two forms `nn.LSTM`'s kernel takes).
+
+A rung (`torch_impl.backends.<name>`) provides one of:
+
+- `run_direction(cell, p, x, state, lengths)`: one layer forward in time over a padded x
+  (output (T, B, H_out) with zeros past each length, final state tuple).  `run_layer` adds
+  the reverse direction: each sequence's valid part reversed (the input gathered with
+  idx[t, b] = lengths[b] - 1 - t for t < lengths[b], else t; the permutation is its own
+  inverse, so the output is gathered back with it).  `run` stacks the layers, concatenates
+  the directions and applies dropout between layers in training mode, as `nn.LSTM` does;
+  a packed input is padded for it and its output packed again.
+- `run_stack(cell, spec, params, x, state, lengths, *, dropout, training)`: the whole stack
+  at once, on either form of x (`native`: PyTorch's fused kernels).
 """
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from shared.params import LayerParams, layer_params
+from shared.spec import RNNSpec
 
 from .cells import TorchCell
 
-
-class LayerParams(NamedTuple):
-    """Canonical tensors of one layer and direction; biases/projection None when absent."""
-
-    w_ih: Tensor  # (G*H, I)
-    w_hh: Tensor  # (G*H, H_out)
-    b_ih: Tensor | None  # (G*H,)
-    b_hh: Tensor | None  # (G*H,)
-    w_hr: Tensor | None  # (H_out, H), LSTM with proj_size only
-    extras: Mapping[str, Tensor] | None = None  # a catalogue cell's extra params by prefix
+__all__ = ["LayerParams", "layer_params", "reverse_index", "reverse_time", "run_layer", "run"]
 
 
 def reverse_index(lengths: Tensor, seq_len: int) -> Tensor:
@@ -49,32 +53,45 @@ def reverse_time(x: Tensor, lengths: Tensor | None) -> Tensor:
 
 def run_layer(backend, cell: TorchCell, p: LayerParams, x: Tensor, state: tuple, lengths: Tensor | None, *,
               reverse: bool, **options):
-    """One layer in one direction through `backend.run_direction`; returns (output, state)."""
+    """One layer in one direction through `backend.run_direction`; returns (output, state_n).
+
+    torch's rungs run forward in time: the reverse direction is a forward run over each
+    sequence's valid part reversed (`reverse_time`), its output reversed back."""
     if not reverse:
         return backend.run_direction(cell, p, x, state, lengths, **options)
     out, state = backend.run_direction(cell, p, reverse_time(x, lengths), state, lengths, **options)
     return reverse_time(out, lengths), state
 
 
-def run(backend, cell: TorchCell, x: Tensor, state: tuple, params: Sequence[LayerParams], *, num_layers: int,
-        bidirectional: bool, lengths: Tensor | None = None, dropout: float = 0.0, training: bool = False):
-    """The whole stack: x (T, B, I), state = (h0,) or (h0, c0), each (L*D, B, .), `params`
-    one LayerParams per (layer, direction) in PyTorch's order.  Returns (output, state_n)."""
+def run(backend, cell: TorchCell, spec: RNNSpec, params: Mapping[str, Tensor], x: Tensor | PackedSequence,
+        state: tuple, lengths: Tensor | None = None, *, dropout: float = 0.0, training: bool = False):
+    """The whole stack; see the module docstring.  Returns (output in x's form, state_n tuple)."""
+    if hasattr(backend, "run_stack"):
+        return backend.run_stack(cell, spec, params, x, state, lengths, dropout=dropout, training=training)
+    if isinstance(x, PackedSequence):  # in sorted order: the caller orders the state the same way
+        padded, lengths = pad_packed_sequence(PackedSequence(x.data, x.batch_sizes))
+        out, final = _run_layers(backend, cell, spec, params, padded, state, lengths.to(x.data.device), dropout,
+                                 training)
+        return PackedSequence(pack_padded_sequence(out, lengths, enforce_sorted=True).data, x.batch_sizes,
+                              x.sorted_indices, x.unsorted_indices), final
+    return _run_layers(backend, cell, spec, params, x, state, lengths, dropout, training)
+
+
+def _run_layers(backend, cell, spec, params, x, state, lengths, dropout, training):
     T = x.shape[0]
-    D = 2 if bidirectional else 1
+    D = spec.num_directions
     if lengths is not None and bool((lengths == T).all()):
         lengths = None  # every sequence is full: no masks needed (same result, cheaper)
     finals = []
-    layer_input = x
-    for layer in range(num_layers):
+    for layer in range(spec.num_layers):
         outputs = []
         for direction in range(D):
             k = layer * D + direction
-            out, final = run_layer(backend, cell, params[k], layer_input, tuple(s[k] for s in state), lengths,
-                                   reverse=direction == 1)
+            out, final = run_layer(backend, cell, layer_params(spec, params, layer, direction), x,
+                                   tuple(s[k] for s in state), lengths, reverse=direction == 1)
             outputs.append(out)
             finals.append(final)
-        layer_input = outputs[0] if D == 1 else torch.cat(outputs, dim=2)
-        if dropout > 0 and training and layer < num_layers - 1:
-            layer_input = F.dropout(layer_input, p=dropout, training=True)
-    return layer_input, tuple(torch.stack(parts) for parts in zip(*finals))
+        x = outputs[0] if D == 1 else torch.cat(outputs, dim=2)
+        if dropout > 0 and training and layer < spec.num_layers - 1:
+            x = F.dropout(x, p=dropout, training=True)
+    return x, tuple(torch.stack(parts) for parts in zip(*finals))

@@ -1,6 +1,6 @@
 """`torch_impl.LSTM` and `torch_impl.GRU`: drop-in `nn.LSTM` / `nn.GRU` with a `backend=`;
 `torch_impl.RNN(cell, ...)` (and `LayerNormLSTM`, `PeepholeLSTM`, `ResetBeforeGRU`) the same
-for every catalogue cell with a torch step (`torch_impl.cells`).
+for every catalogue cell with a torch step (`torch_impl.cells`).  The front door of torch_impl.
 
 Same constructor arguments, parameter names, shapes, order and initialisation as
 `nn.LSTM`/`nn.GRU` (so `load_state_dict` works both ways), same forward: a Tensor
@@ -9,9 +9,10 @@ not; the output keeps its `sorted_indices`/`unsorted_indices`), optional `hx`, a
 same return values.  Extra: `forward(x, hx, lengths=...)` takes per-sequence lengths
 for a padded batch and returns the padded output (zeros past each length).
 
-`backend="native"` runs PyTorch's own kernels (`_VF.lstm`/`_VF.gru`, as `nn.LSTM` does:
-cuDNN on CUDA, oneDNN/ATen on CPU) on this module's parameters; every other backend is
-a direction function composed by `torch_impl.driver`.
+The module checks its input as `nn.LSTM` does, asks the backend's capability check once at
+construction (`backends.refusal`: cell, proj_size) and once per dtype and device it runs on
+(availability, precision), and hands time-major input to the stacker `torch_impl.driver`,
+the same way for every backend (`native` included: its `run_stack` takes the whole stack).
 """
 
 from __future__ import annotations
@@ -22,15 +23,18 @@ import warnings
 import torch
 import torch.nn as nn
 from torch import Tensor
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence
 
-from shared.params import param_inits
+from shared.capabilities import BackendUnavailableError, UnsupportedConfigError
+from shared.params import layer_params, param_inits
 from shared.spec import RNNSpec
 
 from . import backends, driver
-from .backends import native
 from .cells import get_torch_cell
 from .precision import precision_name
+
+__all__ = ["LSTM", "GRU", "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU", "RNNInputError",
+           "BackendUnavailableError", "module_for"]
 
 
 class RNNInputError(ValueError, RuntimeError):
@@ -39,10 +43,6 @@ class RNNInputError(ValueError, RuntimeError):
     A ValueError that is also a RuntimeError, because `nn.LSTM` raises RuntimeError
     for most of these and drop-in callers may catch either.
     """
-
-
-class BackendUnavailableError(RuntimeError):
-    """The chosen backend cannot run on this device here; the message says why."""
 
 
 def _check_constructor_args(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
@@ -125,10 +125,11 @@ class _RNNBase(nn.Module):
         return [w[k:k + n] for k in range(0, len(w), n)]
 
     def flatten_parameters(self) -> None:
-        """As `nn.LSTM.flatten_parameters`: pack the weights for cuDNN (no-op off CUDA and
-        for cells cuDNN does not have)."""
-        if self.cell in native.KERNELS:
-            nn.RNNBase.flatten_parameters(self)
+        """As `nn.LSTM.flatten_parameters`: pack the weights for cuDNN (a no-op off CUDA and for
+        backends whose kernel takes no packed weights: those without a `flatten_parameters`)."""
+        flatten = getattr(backends.backend_module(self.backend), "flatten_parameters", None)
+        if flatten is not None:
+            flatten(self.spec, self._flat_weights)
 
     @property
     def backend(self) -> str:
@@ -137,14 +138,14 @@ class _RNNBase(nn.Module):
     @backend.setter
     def backend(self, name: str) -> None:
         name = backends.check_backend_name(name)
-        reason = backends.unsupported_cell_reason(name, self.cell)
-        if reason is not None:
-            raise ValueError(reason)
-        if self.proj_size and not backends.capabilities(name).proj_size:
+        refused = backends.refusal(name, self.spec)  # the declaration; dtype and device at the first forward
+        if refused is not None and refused.what == "proj_size":
             raise backends.ProjectionNotSupportedError(
-                backends.capabilities(name).explain("proj_size", f"backend {name!r} does not support proj_size")
-                + f"; backends that do: {', '.join(backends.PROJ_BACKENDS)}")
+                f"{refused.reason}; backends that do: {', '.join(backends.PROJ_BACKENDS)}")
+        if refused is not None:
+            raise UnsupportedConfigError(refused.reason)
         self._backend = name
+        self._checked = None  # (backend, dtype, device) the last forward was checked for
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -180,19 +181,10 @@ class _RNNBase(nn.Module):
         if lengths is not None:
             lengths = self._check_lengths(lengths, B, T, input.device)
         self._check_backend(input.device)
-
-        if self.backend == "native" and lengths is not None:  # the fused kernel takes packed input
-            packed = pack_padded_sequence(input, lengths.cpu(), batch_first=self.batch_first, enforce_sorted=False)
-            out_packed, hidden = self._forward_packed(packed, None if state is None else self._as_hx(state))
-            output, _ = pad_packed_sequence(out_packed, batch_first=self.batch_first, total_length=T)
-            final = hidden if self._has_c else (hidden,)
-        elif self.backend == "native":
-            output, final = native.run_module(self, input, None, state or self._zero_state(B, input))
-        else:
-            x = input.transpose(0, 1) if self.batch_first else input
-            output, final = self._run_driver(x, state, lengths)
-            if self.batch_first:
-                output = output.transpose(0, 1)
+        x = input.transpose(0, 1) if self.batch_first else input
+        output, final = self._run(x, state, lengths)
+        if self.batch_first:
+            output = output.transpose(0, 1)
         if not batched:
             output = output.squeeze(batch_dim)
             final = tuple(s.squeeze(1) for s in final)
@@ -207,34 +199,27 @@ class _RNNBase(nn.Module):
             # hx is given in the caller's batch order; the packed batch is sorted by length
             state = tuple(h.index_select(1, sorted_indices) for h in state)
         self._check_backend(data.device)
-        if self.backend == "native":
-            out_data, final = native.run_module(self, data, batch_sizes, state or self._zero_state(B, data))
-        else:
-            x, lengths = pad_packed_sequence(PackedSequence(data, batch_sizes))  # sorted order
-            out, final = self._run_driver(x, state, lengths.to(data.device))
-            out_data = pack_padded_sequence(out, lengths, enforce_sorted=True).data
+        output, final = self._run(packed, state, None)
         if unsorted_indices is not None:
             final = tuple(s.index_select(1, unsorted_indices) for s in final)
-        return PackedSequence(out_data, batch_sizes, sorted_indices, unsorted_indices), self._as_hx(final)
+        return output, self._as_hx(final)
 
     def layer_params(self) -> list[driver.LayerParams]:
         """One `driver.LayerParams` per (layer, direction), in PyTorch's order."""
-        extras = [e.prefix for e in self.spec.cell_def.extra_params]
-        params = []
-        for layer, direction in self.spec.layers_and_directions():
-            s = self.spec.suffix(layer, direction)
-            w = lambda name: getattr(self, f"{name}_{s}")  # noqa: E731
-            params.append(driver.LayerParams(
-                w("weight_ih"), w("weight_hh"), w("bias_ih") if self.bias else None,
-                w("bias_hh") if self.bias else None, w("weight_hr") if self.proj_size else None,
-                {prefix: w(prefix) for prefix in extras} or None))
-        return params
+        params = self._params()
+        return [layer_params(self.spec, params, layer, direction)
+                for layer, direction in self.spec.layers_and_directions()]
 
-    def _run_driver(self, x: Tensor, state, lengths: Tensor | None):
-        state = state or self._zero_state(x.shape[1], x)
-        return driver.run(backends.backend_module(self.backend), get_torch_cell(self.cell), x, state,
-                          self.layer_params(), num_layers=self.num_layers, bidirectional=self.bidirectional,
-                          lengths=lengths, dropout=self.dropout, training=self.training)
+    def _params(self) -> dict[str, Tensor]:
+        return {name: getattr(self, name) for name in self._flat_weights_names}
+
+    def _run(self, x, state, lengths: Tensor | None):
+        """The stack through `driver.run` on time-major x (a Tensor or a PackedSequence)."""
+        data = x.data if isinstance(x, PackedSequence) else x
+        state = state or self._zero_state(int(x.batch_sizes[0]) if isinstance(x, PackedSequence) else x.shape[1],
+                                          data)
+        return driver.run(backends.backend_module(self.backend), get_torch_cell(self.cell), self.spec,
+                          self._params(), x, state, lengths, dropout=self.dropout, training=self.training)
 
     # ---- validation --------------------------------------------------------------------
     def _zero_state(self, batch: int, like: Tensor) -> tuple:
@@ -246,14 +231,20 @@ class _RNNBase(nn.Module):
         return tuple(state) if self._has_c else state[0]
 
     def _check_backend(self, device: torch.device) -> None:
+        """Whether the backend runs here, in this dtype on this device: asked once per
+        (backend, dtype, device), the first time the module runs there."""
+        dtype = self._flat_weights[0].dtype
+        key = (self.backend, dtype, device)
+        if self._checked == key:
+            return
         reason = backends.unavailable_reason(self.backend, device)
         if reason is not None:
             raise BackendUnavailableError(f"backend {self.backend!r} cannot run on {device}: {reason}")
-        name = precision_name(self._flat_weights[0].dtype, device.type)
-        reason = backends.capabilities(self.backend).unsupported_reason(f"torch.{self.backend}", self.spec,
-                                                                        dtype=name, device=device.type)
+        reason = backends.unsupported_reason(self.backend, self.spec, dtype=precision_name(dtype, device.type),
+                                             device=device.type)
         if reason is not None:
-            raise RuntimeError(reason)
+            raise UnsupportedConfigError(reason)
+        self._checked = key
 
     def _check_input(self, x: Tensor, packed: bool) -> None:
         """`nn.RNNBase.check_input`'s checks, in its order, types and words (dtype, rank, size, device)."""

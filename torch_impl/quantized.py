@@ -2,8 +2,8 @@
 
 `torch.ao.quantization.quantize_dynamic(nn.LSTM(...), {nn.LSTM})` in torch 2.13 returns the
 float `nn.LSTM` unchanged (a silent no-op; it only warns that `torch.ao.quantization` is
-deprecated).  Quantization tools swap or re-type `nn.Linear`, so the recipe (the LSTM
-seed's) is a recurrent layer built on `nn.Linear`: per layer and direction one `ih`
+deprecated).  Quantization tools swap or re-type `nn.Linear`, so the recipe is a recurrent
+layer built on `nn.Linear`: per layer and direction one `ih`
 (W_ih, b_ih) applied to all steps at once and one `hh` (W_hh, b_hh) per step, the gate
 arithmetic in float32 between them (the catalogue's equations for lstm and gru).
 
@@ -12,7 +12,7 @@ arithmetic in float32 between them (the catalogue's equations for lstm and gru).
 
 Methods (`METHODS`):
 - `ao_dynamic`: `torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, torch.qint8)`,
-  the seed's recipe (deprecated upstream, still the fbgemm/oneDNN int8 kernels);
+  the long-standing recipe (deprecated upstream, still the fbgemm/oneDNN int8 kernels);
 - `torchao_int8_weight_only`: `torchao.quantization.quantize_(model, Int8WeightOnlyConfig())`,
   int8 weights dequantized into a float GEMM (smaller model; speed depends on the backend);
 - `torchao_int8_dynamic`: `quantize_(model, Int8DynamicActivationInt8WeightConfig())`,
@@ -21,7 +21,7 @@ Methods (`METHODS`):
 
 `quantize` checks the result holds quantized weights and raises instead of returning a
 float model that looks quantized.  Model size is the serialized `state_dict` in bytes
-(`model_bytes`): `sum(p.numel() for p in parameters())`, the seed's measure, counts 0 for a
+(`model_bytes`): `sum(p.numel() for p in parameters())`, the common measure, counts 0 for a
 dynamically quantized Linear, whose packed weights are not parameters.
 """
 

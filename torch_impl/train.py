@@ -24,19 +24,18 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from shared.precision import precision
 from shared.tasks import Batch, TrainConfig, TrainResult
 
-from shared.precision import precision
-
-from .adapter import torch_dtype as _torch_dtype
+from .modules import module_for
 from .precision import compute_context, ieee_float32
+from .precision import storage_dtype as _torch_dtype
 
 __all__ = ["RNNRegressor", "train", "hidden_grad_norms", "evaluate_mse", "make_rnn"]
 
 def make_rnn(spec, backend: str) -> nn.Module:
     """`torch_impl.LSTM`/`GRU(backend=...)`, the drop-in for `nn.LSTM`/`nn.GRU`; any other
     catalogue cell (`ln_lstm`, a user's own, ...) is `torch_impl.RNN(spec.cell, ...)`."""
-    from .modules import module_for
     return module_for(spec, backend)
 
 

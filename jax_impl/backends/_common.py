@@ -1,33 +1,13 @@
-"""Helpers several JAX backends share: option checks, the declaration's verdict, output masking."""
+"""Helpers several JAX backends share: option checks, Flax carry conversion, zeroing outputs past a length."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from shared.capabilities import ANY_CELL, Capabilities
-
 from .. import cells
 
 LSTM_CELL_TYPES = ("OptimizedLSTMCell", "LSTMCell")  # the Flax LSTM cells the flax backends can run
-
-
-def cell_refusal(label: str, caps: Capabilities, cell: str, runs_it=()) -> str | None:
-    """None when `caps` runs `cell`, else why not, starting with `label` (e.g. "jax.cudnn").
-
-    Asked by name only, before the catalogue: a cell no module knows yet is refused, not an error.
-    """
-    if caps.cells == ANY_CELL and not cells.has_cell(cell):
-        return f"cell {cell!r} has no JAX step; add one with jax_impl.register_cell({cell!r}, step)"
-    return caps.refuse_cell(label, cell, cells.has_cell, runs_it)
-
-
-def declared_reason(name: str, caps: Capabilities, spec, *, lengths: bool = False, dtype: str = "float32",
-                    device: str | None = None) -> str | None:
-    """The declaration's verdict on a configuration (None: `jax.<name>` computes it)."""
-    return (cell_refusal(f"jax.{name}", caps, spec.cell)
-            or caps.unsupported_reason(f"jax.{name}", spec, lengths=lengths, dtype=dtype, device=device,
-                                       has_step=cells.has_cell))
 
 
 def check_unroll(unroll) -> None:
@@ -45,7 +25,7 @@ def zero_past_lengths(output: jax.Array, lengths: jax.Array | None) -> jax.Array
     """output (T, B, N) with zeros past each length (for kernels that leave it unspecified there)."""
     if lengths is None:
         return output
-    return jnp.where(cells.valid_steps(output.shape[0], lengths), output, jnp.zeros((), output.dtype))
+    return jnp.where(cells.valid_steps(lengths, output.shape[0]), output, jnp.zeros((), output.dtype))
 
 
 def to_carry(cell: cells.JaxCell, state: tuple):

@@ -28,17 +28,18 @@ import jax.numpy as jnp
 
 from shared.capabilities import Capabilities
 
+from shared.params import LayerParams, layer_params
+
 from .. import cells
-from ..driver import LayerParams, layer_params
-from ._common import (LSTM_CELL_TYPES, biases_or_zeros, check_cell_type, check_unroll, declared_reason, from_carry,
-                      to_carry, zero_past_lengths)
+from ._common import (LSTM_CELL_TYPES, biases_or_zeros, check_cell_type, check_unroll, from_carry, to_carry,
+                      zero_past_lengths)
 
 OPTIONS = {"cell_type": "OptimizedLSTMCell", "unroll": 1}
-__all__ = ["OPTIONS", "LSTM_CELL_TYPES", "CAPABILITIES", "LINEN_CELLS", "unavailable_reason", "unsupported_reason",
-           "linen_cell_params", "run_stack"]
+__all__ = ["OPTIONS", "LSTM_CELL_TYPES", "CAPABILITIES", "LINEN_CELLS", "unavailable_reason", "linen_cell_params",
+           "run_stack"]
 
 
-def unavailable_reason() -> str | None:
+def unavailable_reason(device: str | None = None) -> str | None:
     try:
         import flax.linen  # noqa: F401
     except ImportError as e:
@@ -81,10 +82,6 @@ CAPABILITIES = Capabilities(
                      "reset-before form",
              "proj_size": "flax linen LSTM cells have no output projection (proj_size); use backend='scan' or "
                           "'naive'"})
-
-
-def unsupported_reason(spec, *, lengths: bool = False, dtype: str = "float32", device: str | None = None):
-    return declared_reason("flax_linen", CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device)
 
 
 def linen_cell_params(cell: cells.JaxCell, p: LayerParams) -> dict:

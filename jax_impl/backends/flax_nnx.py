@@ -36,20 +36,21 @@ import numpy as np
 from shared.capabilities import Capabilities
 from shared.cells import get_cell
 
+from shared.params import LayerParams
+
 from .. import cells
-from ..driver import LayerParams
-from ._common import (LSTM_CELL_TYPES, biases_or_zeros, check_cell_type, check_unroll, declared_reason, from_carry,
-                      to_carry, zero_past_lengths)
+from ._common import (LSTM_CELL_TYPES, biases_or_zeros, check_cell_type, check_unroll, from_carry, to_carry,
+                      zero_past_lengths)
 
 OPTIONS = {"cell_type": "OptimizedLSTMCell", "unroll": 1}
 _LSTM_INPUT_NAMES = {"i": "ii", "f": "if_", "g": "ig", "o": "io"}  # NNX LSTMCell attributes (`if` is a keyword)
 B_HN = ("flax nnx GRUCell has no b_hn (the n gate's recurrent bias, scaled by the reset gate): a canonical GRU "
         "with biases runs only when b_hn = 0, and even then has no b_hn gradient")
-__all__ = ["OPTIONS", "LSTM_CELL_TYPES", "CAPABILITIES", "NNX_CELLS", "unavailable_reason", "unsupported_reason",
-           "gradient_reason", "nnx_cell_params", "validate", "make_cell", "run_direction"]
+__all__ = ["OPTIONS", "LSTM_CELL_TYPES", "CAPABILITIES", "NNX_CELLS", "unavailable_reason", "gradient_reason",
+           "nnx_cell_params", "validate", "make_cell", "run_direction"]
 
 
-def unavailable_reason() -> str | None:
+def unavailable_reason(device: str | None = None) -> str | None:
     try:
         from flax import nnx  # noqa: F401
     except ImportError as e:
@@ -89,10 +90,6 @@ CAPABILITIES = Capabilities(
     why_not={"cell": "Flax NNX's built-in LSTMCell/GRUCell have no layer norm, peepholes or reset-before form",
              "proj_size": "flax nnx LSTM cells have no output projection (proj_size); use backend='scan' or 'naive'",
              "gradient": B_HN})
-
-
-def unsupported_reason(spec, *, lengths: bool = False, dtype: str = "float32", device: str | None = None):
-    return declared_reason("flax_nnx", CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device)
 
 
 def _without_b_hn(spec) -> bool:

@@ -1,10 +1,10 @@
-"""`naive`: the seeds' way in JAX -- a Python loop over time, one dense of [x, h] per step.
+"""`naive`: the textbook loop in JAX -- a Python loop over time, one dense of [x, h] per step.
 
-Each step concatenates `[x_t, h]` and applies one fused dense (the seeds' `gate_fc`);
+Each step concatenates `[x_t, h]` and applies one fused dense (a single `gate_fc`);
 nothing is hoisted, so a trace has T copies of the step (slow to compile for long T,
 slow to run eagerly).  It is the bottom rung of the ladder and a readable check of the
 others; it keeps its own loop (the Python loop is what it shows), with the masking of
-`cells.advance`.  Correctness details the seeds miss and this keeps: PyTorch's two
+`cells.advance`.  Correctness details such a loop often misses and this keeps: PyTorch's two
 biases are summed, the GRU reset gate scales only the recurrent part of `n` (so the
 GRU's one dense uses a block weight `[[W_ir W_hr], [W_iz W_hz], [W_in 0], [0 W_hn]]`
 that keeps `W_in x` and `W_hn h` apart), variable lengths freeze the state past each
@@ -17,15 +17,11 @@ import jax.numpy as jnp
 
 from shared.capabilities import Capabilities
 
+from shared.params import LayerParams
+
 from .. import cells
-from ..driver import LayerParams
-from ._common import declared_reason
 
 OPTIONS: dict = {}
-
-
-def unavailable_reason() -> str | None:
-    return None
 
 
 def _summed_biases(p: LayerParams):
@@ -70,10 +66,6 @@ def gru_update(gates, state: tuple, p: LayerParams) -> tuple:
 KERNELS = {"lstm": (lstm_dense, lstm_update), "gru": (gru_dense, gru_update)}
 
 CAPABILITIES = Capabilities(cells=tuple(KERNELS), proj_size=True)
-
-
-def unsupported_reason(spec, *, lengths: bool = False, dtype: str = "float32", device: str | None = None):
-    return declared_reason("naive", CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device)
 
 
 def run_direction(cell: cells.JaxCell, p: LayerParams, x, state: tuple, lengths, *, reverse: bool):

@@ -28,22 +28,14 @@ from __future__ import annotations
 
 from shared.capabilities import ANY_CELL, Capabilities
 
+from shared.params import LayerParams
+
 from .. import cells
-from ..driver import LayerParams
-from ._common import check_unroll, declared_reason
+from ._common import check_unroll
 
 DEFAULT_UNROLL = 1
 OPTIONS = {"unroll": DEFAULT_UNROLL, "remat": False}
 CAPABILITIES = Capabilities(cells=ANY_CELL, proj_size=True)
-GENERIC_CELLS = CAPABILITIES.cells == ANY_CELL  # the earlier flag: runs every cell of jax_impl.cells' table
-
-
-def unavailable_reason() -> str | None:
-    return None
-
-
-def unsupported_reason(spec, *, lengths: bool = False, dtype: str = "float32", device: str | None = None):
-    return declared_reason("scan", CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device)
 
 
 def _check_options(unroll, remat):

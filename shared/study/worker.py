@@ -479,11 +479,7 @@ def probe(job: dict, result_path: str) -> dict:
         try:
             adapter = _load_adapter(item["adapter_path"], item["adapter_key"])
             caps = declared or adapter.capabilities
-            if job["device"] not in caps.devices:
-                reasons[name] = caps.explain("device", f"{name} runs only on {', '.join(caps.devices)}, "
-                                                       f"not {job['device']}")
-            else:
-                reasons[name] = adapter.unavailable_reason(job["device"])
+            reasons[name] = caps.device_reason(name, job["device"]) or adapter.unavailable_reason(job["device"])
             for cell in job.get("cells", ()):
                 spec = RNNSpec(cell, 4, 4)
                 for dtype in job.get("dtypes", ()):

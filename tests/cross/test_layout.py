@@ -1,10 +1,11 @@
 """The shape both framework packages share, and the neutral core.
 
 `torch_impl/` and `jax_impl/` have the same modules with the same roles (docs/architecture.md);
-every module imports on its own; no import cycle at module level (the backends build on the
-driver and the cells, never the reverse); cells are dispatched through tables or cell objects,
-never by comparing names; no private helper is imported across modules; and no module of
-`shared/` imports torch, jax or a framework package (it reaches them through the adapters).
+every module imports on its own; no import cycle, counting the imports inside functions and the
+rungs `backends/__init__.py` imports by name (the backends build on the stacker and the cells,
+never the reverse); cells are dispatched through tables or cell objects, never by comparing
+names; no private helper is imported across modules; and no module of `shared/` imports torch,
+jax or a framework package (it reaches them through the adapters).
 """
 
 from __future__ import annotations
@@ -23,13 +24,18 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("torch_impl", "jax_impl")
 # The mirrored part of the layout: the same relative module names in both packages.
 MIRRORED = {"", "modules", "driver", "cells", "adapter", "train", "precision", "quantized", "backends", "backends._common",
-            "backends.naive",
-            "backends.bptt", "backends.bptt.lstm_gru", "backends.bptt.cells"}
+            "backends.bptt.lstm_gru", "backends.bptt.cells"}
 # And what only one framework has, each for a reason.
-OWN = {"torch_impl": {"backends.cell_loop", "backends.jit", "backends.eager", "backends.compile", "backends.native",
-                      "backends.bptt.gemm"},
-       "jax_impl": {"functional", "xla_options", "profiling", "backends.scan", "backends.flax_linen",
-                    "backends.flax_nnx", "backends.cudnn", "backends.bptt.common"}}
+OWN = {"torch_impl": {"backends.bptt.gemm"},
+       "jax_impl": {"functional", "xla_options", "profiling", "backends.bptt.common"}}
+
+
+def _rungs(package: str) -> set[str]:
+    """`backends.<rung>` for each registry row of the package's framework: a rung is its module
+    and its row, and adding one edits nothing here."""
+    from shared import registry
+
+    return {f"backends.{key}" for key in registry.keys(package.removesuffix("_impl"))}
 
 
 def _modules(package: str) -> list[str]:
@@ -42,53 +48,91 @@ def _relative(package: str, name: str) -> str:
 
 
 def _imports(package: str, name: str, modules: list[str]) -> set[str]:
-    """The package's modules `name` imports at module level (imports inside functions are lazy)."""
+    """The package's modules `name` imports, at module level or inside a function (an import
+    inside a function runs later, but a cycle through it is a cycle all the same)."""
     path = ROOT.joinpath(*name.split("."))
     is_package = path.is_dir()
     path = path / "__init__.py" if is_package else path.with_suffix(".py")
     here = name if is_package else name.rpartition(".")[0]
     found = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith(package)}
+            found |= {a.name for a in node.names if a.name.split(".")[0] == package}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = here.split(".")
                 target = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target.startswith(package):
+            if target.split(".")[0] == package:
                 for a in node.names:  # `from . import cells` names a module; `from .cells import x` does not
                     found.add(f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target)
+    if name == f"{package}.backends":  # the rungs, imported by name in the registry's ladder order
+        found |= {m for m in modules if m.count(".") == 2 and m.startswith(f"{package}.backends.")
+                  and not m.rpartition(".")[2].startswith("_")}
     return found - {name}
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_the_layout_is_the_mirrored_one(package):
-    assert {_relative(package, m) for m in _modules(package)} == MIRRORED | OWN[package]
-
-
-@pytest.mark.parametrize("package", PACKAGES)
-def test_no_import_cycle_at_module_level(package):
+def _import_graph(package: str) -> dict[str, set[str]]:
     modules = _modules(package)
-    graph = {name: _imports(package, name, modules) for name in modules}
+    graph = {}
+    for name in modules:
+        edges = set()
+        for child in _imports(package, name, modules):
+            while child not in modules and "." in child:  # `from pkg.mod import name` of a non-module
+                child = child.rpartition(".")[0]
+            edges.add(child)
+        graph[name] = edges - {name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph`, as the path that closes it, or None."""
     state: dict[str, str] = {}
 
     def visit(node, path):
         if state.get(node) == "done":
-            return
-        assert state.get(node) != "active", f"import cycle: {' -> '.join(path + [node])}"
+            return None
+        if state.get(node) == "active":
+            return path[path.index(node):] + [node]
         state[node] = "active"
-        for child in graph.get(node, ()):
-            while child not in graph and "." in child:  # `from pkg.mod import name` of a non-module
-                child = child.rpartition(".")[0]
-            visit(child, path + [node])
+        for child in sorted(graph.get(node, ())):
+            found = visit(child, path + [node])
+            if found:
+                return found
         state[node] = "done"
+        return None
 
-    for name in modules:
-        visit(name, [])
-    for name in (f"{package}.driver", f"{package}.cells"):
-        assert not any(m.startswith(f"{package}.backends") for m in graph[name]), (name, graph[name])
+    for name in sorted(graph):
+        found = visit(name, [])
+        if found:
+            return found
+    return None
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_layout_is_the_mirrored_one(package):
+    assert {_relative(package, m) for m in _modules(package)} == MIRRORED | OWN[package] | _rungs(package)
+
+
+@pytest.mark.parametrize("package", PACKAGES + ("shared",))
+def test_no_import_cycle(package):
+    """Lazy imports included: a package's modules form a tree of layers (`__init__` re-exporting
+    its submodules counts: a submodule must not import its package's front)."""
+    graph = _import_graph(package)
+    cycle = _cycle(graph)
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+    if package in PACKAGES:
+        for name in (f"{package}.driver", f"{package}.cells"):
+            assert not any(m.startswith(f"{package}.backends") for m in graph[name]), (name, graph[name])
+
+
+def test_the_cycle_check_sees_imports_inside_functions():
+    graph = {"p.a": {"p.b"}, "p.b": {"p.a"}}
+    assert _cycle(graph) == ["p.a", "p.b", "p.a"]
+    source = "def f():\n    from .driver import run\n"
+    assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(ast.parse(source)))
+    assert _cycle({"p.a": {"p.b"}, "p.b": set()}) is None
 
 
 @pytest.mark.parametrize("name", [m for p in PACKAGES for m in _modules(p)])

@@ -75,11 +75,11 @@ def _slow_subset(impl: str) -> dict[str, set[str]]:
     on every case by the eager implementations); the reduced precisions: the cheapest lstm
     and gru ones.
     """
-    cover = parity.covering_cases(CASES, parity._supported_in_any_dtype(impl, DTYPES))
+    cover = parity.covering_cases(CASES, parity.supported_in_any_dtype(impl, DTYPES))
     cheapest = {}
     for case in cover:
         cell = case.spec.cell
-        if cell not in cheapest or parity._cost(case) < parity._cost(cheapest[cell]):
+        if cell not in cheapest or parity.case_cost(case) < parity.case_cost(cheapest[cell]):
             cheapest[cell] = case
     cheap = {c.name for c in cheapest.values()}
     # reduced precisions: the cheapest lstm and gru vectors (every cell runs them on the eager rungs)
@@ -393,7 +393,7 @@ def _reference_with_candidate(case, candidate, monkeypatch) -> dict[str, np.ndar
     step = reference.CellStep(lambda x, state, p: (tuple(plain(x, state, p)), None),
                               reference.complex_step_backward(plain), hand_written=False)
     with monkeypatch.context() as m:
-        m.setitem(reference._CELL_STEPS, case.spec.cell, step)
+        m.setitem(reference.CELLS.cells, case.spec.cell, step)
         return reference.run_case(case.spec, case.params, **parity.case_inputs(case))
 
 
@@ -483,7 +483,7 @@ def test_rnnbench_parity_is_the_full_matrix_and_quick_the_covering_one(tmp_path,
         calls.append((list(impls), [c.name for c in cases], list(dtypes), dict(subsets or {})))
         return parity.ParityReport(list(dtypes), [], [], {}, [], 0.0)
 
-    monkeypatch.setattr(parity, "run_matrix", fake_run_matrix)
+    monkeypatch.setattr(parity.cli, "run_matrix", fake_run_matrix)
     assert main(["parity", "--out", str(tmp_path / "full")]) == 0
     assert main(["parity", "--quick", "--out", str(tmp_path / "quick")]) == 0
     (impls, cases, dtypes, subsets), (_, _, _, quick) = calls

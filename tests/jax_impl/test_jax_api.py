@@ -18,36 +18,53 @@ import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 import jax_impl  # noqa: E402
-from shared import reference  # noqa: E402
+from shared import reference, registry  # noqa: E402
 from shared.params import ParamError, init_params  # noqa: E402
 from shared.spec import RNNSpec  # noqa: E402
 
 LSTM = RNNSpec("lstm", 3, 4, num_layers=2, bidirectional=True)
 
 
-def test_impl_names():
-    assert jax_impl.BACKENDS == ("naive", "scan", "bptt", "flax_linen", "flax_nnx", "cudnn")
-    assert jax_impl.IMPLS == jax_impl.BACKENDS and jax_impl.available_impls() == jax_impl.available_backends()
-    available = jax_impl.available_impls()
-    assert {"naive", "scan", "bptt", "flax_linen", "flax_nnx"} <= set(available) <= set(jax_impl.IMPLS)
-    with pytest.raises(jax_impl.UnknownImplError,
-                       match="valid backends: naive, scan, bptt, flax_linen, flax_nnx, cudnn"):
-        jax_impl.lstm(init_params(LSTM), np.zeros((2, 1, 3)), num_layers=2, bidirectional=True, impl="fast")
-    assert jax_impl.UnknownBackendError is jax_impl.UnknownImplError
+def test_backend_names():
+    assert jax_impl.BACKENDS == registry.keys("jax")  # the registry's ladder: naive, flax_nnx, ..., cudnn
+    assert [b for b in jax_impl.BACKENDS if b in ("naive", "scan", "cudnn")] == ["naive", "scan", "cudnn"]
+    available = jax_impl.available_backends()
+    assert {"naive", "scan", "bptt", "flax_linen", "flax_nnx"} <= set(available) <= set(jax_impl.BACKENDS)
+    with pytest.raises(jax_impl.UnknownBackendError, match="valid backends: " + ", ".join(jax_impl.BACKENDS)):
+        jax_impl.lstm(init_params(LSTM), np.zeros((2, 1, 3)), num_layers=2, bidirectional=True, backend="fast")
+    assert issubclass(jax_impl.UnknownBackendError, ValueError)
+
+
+def test_earlier_names_warn_and_still_work():
+    with pytest.warns(DeprecationWarning, match=r"jax_impl.IMPLS is deprecated: use jax_impl.BACKENDS"):
+        assert jax_impl.IMPLS == jax_impl.BACKENDS
+    with pytest.warns(DeprecationWarning, match="use jax_impl.available_backends"):
+        assert jax_impl.available_impls() == jax_impl.available_backends()
+    with pytest.warns(DeprecationWarning, match="use jax_impl.UnknownBackendError"):
+        assert jax_impl.UnknownImplError is jax_impl.UnknownBackendError
+    with pytest.warns(DeprecationWarning, match="use jax_impl.BackendUnavailableError"):
+        assert jax_impl.ImplUnavailableError is jax_impl.BackendUnavailableError
+    with pytest.warns(DeprecationWarning, match="CUSTOM_CELL_BACKENDS"):
+        assert jax_impl.backends.GENERIC_CELLS == jax_impl.backends.CUSTOM_CELL_BACKENDS
+    with pytest.warns(DeprecationWarning, match="has_cell"):
+        assert jax_impl.cells.has_jax_cell is jax_impl.cells.has_cell
 
 
 def test_backend_keyword_and_its_alias_impl():
     params, x = init_params(LSTM), np.random.default_rng(0).standard_normal((2, 1, 3))
     kw = dict(num_layers=2, bidirectional=True)
     want = jax_impl.lstm(params, x, **kw, backend="naive")
-    got = jax_impl.lstm(params, x, **kw, impl="naive")
+    with pytest.warns(DeprecationWarning, match="impl= is deprecated: use backend="):
+        got = jax_impl.lstm(params, x, **kw, impl="naive")
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), got, want)
     with pytest.raises(TypeError, match="backend= or its alias impl=, not both"):
         jax_impl.lstm(params, x, **kw, backend="naive", impl="scan")
     with pytest.raises(TypeError, match="not both"):
         jax_impl.LSTM(3, 4, rngs=nnx.Rngs(0), backend="naive", impl="scan")
-    model = jax_impl.GRU(3, 4, rngs=nnx.Rngs(0), impl="naive")
-    assert model.backend == model.impl == "naive"
+    with pytest.warns(DeprecationWarning, match="impl= is deprecated"):
+        model = jax_impl.GRU(3, 4, rngs=nnx.Rngs(0), impl="naive")
+    with pytest.warns(DeprecationWarning, match="model.impl is deprecated: use model.backend"):
+        assert model.backend == model.impl == "naive"
 
 
 def test_matches_torch_with_packed_sequence_semantics():
@@ -78,7 +95,7 @@ def test_unbatched_input_like_torch():
     out, (h, c) = m(x, (h0, c0))
     params = {k: v.numpy() for k, v in m.state_dict().items()}
     for impl in ("naive", "scan"):
-        got, (gh, gc) = jax_impl.lstm(params, x.numpy(), (h0.numpy(), c0.numpy()), proj_size=2, impl=impl)
+        got, (gh, gc) = jax_impl.lstm(params, x.numpy(), (h0.numpy(), c0.numpy()), proj_size=2, backend=impl)
         assert got.shape == (5, 2) and gh.shape == (1, 2) and gc.shape == (1, 4)
         np.testing.assert_allclose(got, out.detach().numpy(), atol=1e-12)
         np.testing.assert_allclose(gc, c.detach().numpy(), atol=1e-12)
@@ -185,7 +202,7 @@ def test_nnx_module_params_and_torch_state_dict():
     np.testing.assert_allclose(got, out.detach().numpy(), atol=1e-12)
     np.testing.assert_allclose(gh, h.detach().numpy(), atol=1e-12)
 
-    gru = jax_impl.GRU(3, 4, num_layers=2, rngs=nnx.Rngs(0), impl="naive")
+    gru = jax_impl.GRU(3, 4, num_layers=2, rngs=nnx.Rngs(0), backend="naive")
     with pytest.raises(ParamError, match="missing: weight_ih_l1"):
         gru.load_state_dict({k: v for k, v in torch.nn.GRU(3, 4).state_dict().items()})
     tg = torch.nn.GRU(3, 4, num_layers=2).double()
@@ -218,14 +235,14 @@ def test_nnx_module_trains_with_optax():
 
 
 def test_nnx_module_constructor_errors():
-    with pytest.raises(jax_impl.UnknownImplError, match="valid backends"):
-        jax_impl.LSTM(3, 4, rngs=nnx.Rngs(0), impl="nope")
+    with pytest.raises(jax_impl.UnknownBackendError, match="valid backends"):
+        jax_impl.LSTM(3, 4, rngs=nnx.Rngs(0), backend="nope")
     with pytest.raises(jax_impl.UnsupportedConfigError, match="proj_size"):
-        jax_impl.LSTM(3, 4, proj_size=2, rngs=nnx.Rngs(0), impl="flax_linen")
+        jax_impl.LSTM(3, 4, proj_size=2, rngs=nnx.Rngs(0), backend="flax_linen")
     with pytest.raises(ValueError, match="proj_size must be in"):
         jax_impl.LSTM(3, 4, proj_size=4, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match="unknown options"):
-        jax_impl.GRU(3, 4, rngs=nnx.Rngs(0), impl="naive", unroll=2)
+        jax_impl.GRU(3, 4, rngs=nnx.Rngs(0), backend="naive", unroll=2)
 
 
 # ---------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ peephole terms count) and a finite-difference check.
 
 from __future__ import annotations
 
-import types
 
 import jax
 import numpy as np
@@ -23,7 +22,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax.test_util import check_grads  # noqa: E402
 
 import jax_impl  # noqa: E402
-from jax_impl.backends import bptt  # noqa: E402
+from jax_impl import backends  # noqa: E402
 from jax_impl.adapter import get_adapter  # noqa: E402
 from shared import reference  # noqa: E402
 from shared.params import init_params  # noqa: E402
@@ -106,7 +105,7 @@ def test_custom_vjp_against_finite_differences(cell, proj):
     lengths = jnp.asarray([3, 1])
 
     def f(params, x, hx):
-        out = jax_impl.rnn(params, x, hx, cell=cell, lengths=lengths, proj_size=proj, impl="bptt")
+        out = jax_impl.rnn(params, x, hx, cell=cell, lengths=lengths, proj_size=proj, backend="bptt")
         return jax.tree_util.tree_leaves(out)
 
     check_grads(f, (params, x, hx), order=1, modes=("rev",))
@@ -122,7 +121,7 @@ def test_vmap_and_jit_of_grad_agree_with_scan(cell):
     xs = jnp.asarray(rng.standard_normal((2, 4, 3, 2)))  # 2 problems of (T=4, B=3, I=2)
 
     def loss(params, x, impl):
-        out, (h_n, c_n) = jax_impl.rnn(params, x, cell=cell, impl=impl)
+        out, (h_n, c_n) = jax_impl.rnn(params, x, cell=cell, backend=impl)
         return jnp.sum(out ** 2) + jnp.sum(h_n * c_n)
 
     per_problem = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, None)), static_argnums=2)
@@ -133,8 +132,7 @@ def test_vmap_and_jit_of_grad_agree_with_scan(cell):
 
 def test_refuses_a_cell_without_a_hand_written_backward():
     """A user's own cell (registered at run time, e.g. tests/cross/test_own_cell.py's mgu) runs on scan only."""
-    own = types.SimpleNamespace(cell="mgu")  # unsupported_reason reads only the cell name
-    reason = bptt.unsupported_reason(own, lengths=False, dtype="float64")
+    reason = backends.unsupported_cell_reason("bptt", "mgu")  # asked by name: mgu need not be in the catalogue
     assert reason is not None and "'mgu'" in reason and "jax.scan" in reason
     for cell in ("lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before"):
-        assert bptt.unsupported_reason(RNNSpec(cell, 2, 3), lengths=True, dtype="float32") is None
+        assert backends.unsupported_reason("bptt", RNNSpec(cell, 2, 3), lengths=True, dtype="float32") is None

@@ -147,11 +147,11 @@ def test_impls_without_the_cell_table_refuse_with_the_reason():
     params = init_params(spec)
     with pytest.raises(jax_impl.UnsupportedConfigError,
                        match="jax.flax_linen implements only lstm, gru, not 'peephole_lstm'.*peepholes.*runs on scan, bptt"):
-        jax_impl.rnn(params, np.zeros((2, 1, 3)), cell="peephole_lstm", impl="flax_linen")
+        jax_impl.rnn(params, np.zeros((2, 1, 3)), cell="peephole_lstm", backend="flax_linen")
     for key in ("naive", "flax_nnx", "flax_linen"):
         assert "implements only lstm, gru, not 'peephole_lstm'" in get_adapter(key).unsupported_reason(spec)
     with pytest.raises(jax_impl.UnsupportedConfigError, match="jax.naive implements only lstm, gru"):
-        jax_impl.PeepholeLSTM(3, 4, rngs=nnx.Rngs(0), impl="naive")
+        jax_impl.PeepholeLSTM(3, 4, rngs=nnx.Rngs(0), backend="naive")
 
 
 def test_registration_errors_are_clear():

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("jax")
 
 import jax_impl  # noqa: E402
-from shared import precision  # noqa: E402
+from shared import precision, registry  # noqa: E402
 from jax_impl import adapter, backends  # noqa: E402
 from shared.adapter import FrameworkAdapter  # noqa: E402
 from shared.capabilities import ANY_CELL  # noqa: E402
@@ -19,13 +19,14 @@ from shared.capabilities import ANY_CELL  # noqa: E402
 def test_declarations_are_what_the_registry_hard_coded():
     expected = {
         "naive": dict(cells=("lstm", "gru"), proj_size=True),
+        "flax_nnx": dict(cells=("lstm", "gru"), proj_size=False),
+        "flax_linen": dict(cells=("lstm", "gru"), proj_size=False),
         "scan": dict(cells=ANY_CELL, proj_size=True),
         "bptt": dict(cells=("lstm", "gru", "ln_lstm", "peephole_lstm", "gru_reset_before"), proj_size=True),
-        "flax_linen": dict(cells=("lstm", "gru"), proj_size=False),
-        "flax_nnx": dict(cells=("lstm", "gru"), proj_size=False),
         "cudnn": dict(cells=("lstm",), proj_size=False, dtypes=("float32",), devices=("cuda",)),
     }
-    assert tuple(expected) == backends.BACKENDS
+    assert backends.BACKENDS == registry.keys("jax")  # the ladder: the registry's order
+    assert [b for b in backends.BACKENDS if b in expected] == list(expected)  # a new rung adds to it
     for name, want in expected.items():
         caps = backends.capabilities(name)
         assert caps is backends.MODULES[name].CAPABILITIES
@@ -33,8 +34,11 @@ def test_declarations_are_what_the_registry_hard_coded():
         got = dict(cells=caps.cells, proj_size=caps.proj_size, dtypes=caps.dtypes, devices=caps.devices)
         assert got == {"dtypes": precision.ALL, "devices": ("cpu", "cuda"), **want}, name
         assert caps.lengths and caps.bidirectional
-    assert backends.GENERIC_CELLS == ("scan",)
-    assert backends.PROJ_BACKENDS == ("naive", "scan", "bptt")
+    for name in backends.BACKENDS:
+        caps = backends.capabilities(name)
+        assert (name in backends.PROJ_BACKENDS) == caps.proj_size, name
+        assert (name in backends.CUSTOM_CELL_BACKENDS) == (caps.cells == ANY_CELL), name
+    assert {"naive", "scan", "bptt"} <= set(backends.PROJ_BACKENDS) and "scan" in backends.CUSTOM_CELL_BACKENDS
 
 
 def test_every_cell_is_a_cell_object():

@@ -30,7 +30,7 @@ from shared.params import init_params  # noqa: E402
 from shared.spec import RNNSpec  # noqa: E402
 from shared.tolerances import assert_close  # noqa: E402
 
-CPU_IMPLS = [name for name in jax_impl.IMPLS if name != "cudnn"]
+CPU_IMPLS = [name for name in jax_impl.BACKENDS if name != "cudnn"]
 
 
 def make_case(spec: RNNSpec, *, T=4, B=3, seed=0, lengths=False, state=False):
@@ -99,7 +99,7 @@ def test_float64_matches_reference(impl, name, cases):
     reason = adapter.unsupported_reason(spec, lengths=inputs["lengths"] is not None)
     if reason:
         assert spec.proj_size, reason  # the only thing a CPU impl may refuse here
-        with pytest.raises(driver.UnsupportedConfigError, match="proj_size"):
+        with pytest.raises(jax_impl.UnsupportedConfigError, match="proj_size"):
             adapter.run_case(**inputs)
         return
     got = adapter.run_case(**inputs, dtype="float64")
@@ -145,7 +145,7 @@ def test_check_grads(impl):
 
     def f(params, x, h0, c0):
         out, (h, c) = jax_impl.lstm(params, x, (h0, c0), lengths=lengths, bidirectional=True, proj_size=1,
-                                    impl=impl)
+                                    backend=impl)
         return out, h, c
 
     check_grads(jax.jit(f), (params, x, h0, c0), order=1, modes=("fwd", "rev"))
@@ -179,9 +179,9 @@ def test_flax_lstm_cell_types_agree():
     params = init_params(spec, 3)
     x = np.random.default_rng(3).standard_normal((4, 2, 2))
     lengths = np.array([4, 2])
-    want = jax_impl.lstm(params, x, lengths=lengths, bidirectional=True, impl="scan")
+    want = jax_impl.lstm(params, x, lengths=lengths, bidirectional=True, backend="scan")
     for impl in ("flax_linen", "flax_nnx"):
-        got = jax_impl.lstm(params, x, lengths=lengths, bidirectional=True, impl=impl, cell_type="LSTMCell")
+        got = jax_impl.lstm(params, x, lengths=lengths, bidirectional=True, backend=impl, cell_type="LSTMCell")
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-12), got, want)
 
 
@@ -190,21 +190,21 @@ def test_flax_nnx_gru_refuses_nonzero_b_hn():
     params = init_params(spec, 0)
     x = np.zeros((2, 1, 2))
     with pytest.raises(ConversionError, match=r"bias_hh_l0\[6:9\].*b_hn"):
-        jax_impl.gru(params, x, num_layers=2, impl="flax_nnx")
+        jax_impl.gru(params, x, num_layers=2, backend="flax_nnx")
     # under jit the values are unknown at trace time: the check runs with the computation
     with pytest.raises(Exception, match="b_hn"):
-        jax.block_until_ready(jax.jit(lambda p: jax_impl.gru(p, x, num_layers=2, impl="flax_nnx"))(params))
+        jax.block_until_ready(jax.jit(lambda p: jax_impl.gru(p, x, num_layers=2, backend="flax_nnx"))(params))
     for l in range(2):
         params[f"bias_hh_l{l}"][6:] = 0.0
-    out, _ = jax_impl.gru(params, x, num_layers=2, impl="flax_nnx")
+    out, _ = jax_impl.gru(params, x, num_layers=2, backend="flax_nnx")
     np.testing.assert_allclose(out, jax_impl.gru(params, x, num_layers=2)[0], atol=1e-12)
 
 
 def test_flax_impls_refuse_proj_size():
     spec = RNNSpec("lstm", 2, 3, proj_size=1)
     for impl in ("flax_linen", "flax_nnx"):
-        with pytest.raises(driver.UnsupportedConfigError, match="proj_size"):
-            jax_impl.lstm(init_params(spec), np.zeros((2, 1, 2)), proj_size=1, impl=impl)
+        with pytest.raises(jax_impl.UnsupportedConfigError, match="proj_size"):
+            jax_impl.lstm(init_params(spec), np.zeros((2, 1, 2)), proj_size=1, backend=impl)
 
 
 # ---- cudnn ----------------------------------------------------------------------------
@@ -241,11 +241,11 @@ def test_cudnn_unavailable_or_refusing_with_reasons():
     assert (reason is None) == has_gpu, reason
     if not has_gpu:
         assert "GPU" in reason
-        assert "cudnn" not in jax_impl.available_impls()
-        with pytest.raises(jax_impl.ImplUnavailableError, match="cudnn.*GPU"):
-            jax_impl.lstm(init_params(RNNSpec("lstm", 2, 3)), np.zeros((2, 1, 2)), impl="cudnn")
-    assert "GRU" in cudnn.unsupported_reason(RNNSpec("gru", 2, 3), lengths=False, dtype="float32")
-    assert "float32" in cudnn.unsupported_reason(RNNSpec("lstm", 2, 3), lengths=False, dtype="float64")
+        assert "cudnn" not in jax_impl.available_backends()
+        with pytest.raises(jax_impl.BackendUnavailableError, match="cudnn.*GPU"):
+            jax_impl.lstm(init_params(RNNSpec("lstm", 2, 3)), np.zeros((2, 1, 2)), backend="cudnn")
+    assert "GRU" in jax_impl.backends.unsupported_reason("cudnn", RNNSpec("gru", 2, 3), dtype="float32")
+    assert "float32" in jax_impl.backends.unsupported_reason("cudnn", RNNSpec("lstm", 2, 3), dtype="float64")
 
 
 def _lstm_by_jax_reference(x, h0, c0, w, seq_lengths, input_size, hidden_size, num_layers, dropout, bidirectional,

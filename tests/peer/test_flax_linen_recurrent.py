@@ -13,7 +13,7 @@ and that `nn.RNN` computes what stepping `cell.apply` by hand computes.  Here th
 modules are built with the same sizes, inputs and PRNG keys; their variables are converted
 to the canonical (PyTorch `state_dict`) parameters with `shared.converters.from_flax_linen`
 (and back with `to_flax_linen`, which must give Flax's tree back exactly); then
-`jax_impl.lstm/gru(..., impl="flax_linen")` must compute what Flax computes, with the
+`jax_impl.lstm/gru(..., backend="flax_linen")` must compute what Flax computes, with the
 tolerance upstream asserts (`rtol=1e-5`, `1e-6` for the single-batch test, `1e-4` for the
 `jax.lax.scan` one); shape tests keep upstream's shape expectations and add that value
 comparison at `rtol=1e-5`.  Flax initialises biases to zero, which would hide a bias
@@ -134,15 +134,15 @@ def linen_tree(spec: RNNSpec, params, cell_type: str, direction: int = 0) -> dic
     return jax.tree.map(jnp.asarray, tree)
 
 
-def ours(spec: RNNSpec, params, x, hx=None, *, lengths=None, impl="flax_linen", **options):
+def ours(spec: RNNSpec, params, x, hx=None, *, lengths=None, backend="flax_linen", **options):
     """jax_impl on `spec`'s layout; returns NumPy (output, h_n, c_n or None)."""
     if spec.cell == "lstm":
         out, (h, c) = jax_impl.lstm(params, x, hx, lengths=lengths, bidirectional=spec.bidirectional,
-                                    batch_first=spec.batch_first, impl=impl, **options)
+                                    batch_first=spec.batch_first, backend=backend, **options)
         return np.asarray(out), np.asarray(h), np.asarray(c)
     options.pop("cell_type", None)
     out, h = jax_impl.gru(params, x, hx, lengths=lengths, bidirectional=spec.bidirectional,
-                          batch_first=spec.batch_first, impl=impl, **options)
+                          batch_first=spec.batch_first, backend=backend, **options)
     return np.asarray(out), np.asarray(h), None
 
 
@@ -210,7 +210,7 @@ def test_rnn_multiple_batch_dims():
 
     # ... and extra batch dims are a jax.vmap away
     def one(x):
-        out, (h, c) = jax_impl.lstm(params, x, batch_first=True, impl="flax_linen", cell_type="LSTMCell")
+        out, (h, c) = jax_impl.lstm(params, x, batch_first=True, backend="flax_linen", cell_type="LSTMCell")
         return out, h, c
 
     out, h_n, c_n = jax.vmap(one)(xs)
@@ -303,7 +303,7 @@ def test_numerical_equivalence(cell_type, source):
         np.testing.assert_allclose(out[:, i, :], step_ys[i], rtol=1e-5)
     assert_state(spec.cell, h_n, c_n, 0, step_carries[-1], 1e-5)
     if source == "canonical":  # the converter's semantics are PyTorch's: the scan impl agrees
-        ref_out, ref_h, ref_c = ours(spec, params, xs, impl="scan")
+        ref_out, ref_h, ref_c = ours(spec, params, xs, backend="scan")
         np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(h_n, ref_h, rtol=1e-5, atol=1e-6)
         if spec.cell == "lstm":
@@ -503,7 +503,7 @@ def test_reverse_direction_flips_only_the_valid_part(time_major):
         np.testing.assert_array_equal(take(out)[length:], 0.0)  # ours: zero past the length, both halves
     # PyTorch's packed semantics (the reverse direction of a padded sequence is the reverse
     # direction of the sequence alone) are the scan impl's, tested against torch elsewhere
-    ref_out, ref_h, _ = ours(spec, params, x, lengths=seq_lengths, impl="scan")
+    ref_out, ref_h, _ = ours(spec, params, x, lengths=seq_lengths, backend="scan")
     np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(h_n, ref_h, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(h_n[1], carry, rtol=1e-5)

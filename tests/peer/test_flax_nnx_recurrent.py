@@ -91,7 +91,7 @@ from flax import nnx  # noqa: E402
 from flax.nnx.nn import initializers  # noqa: E402
 
 import jax_impl  # noqa: E402
-from jax_impl import driver  # noqa: E402
+from jax_impl.functional import default_device  # noqa: E402
 from shared import precision  # noqa: E402
 from shared.converters import ConversionError, from_flax_linen, from_flax_nnx, to_flax_nnx  # noqa: E402
 from shared.spec import RNNSpec  # noqa: E402
@@ -128,7 +128,7 @@ def module(spec: RNNSpec, params, impl: str = "flax_nnx", **options):
     dtype = next(iter(params.values())).dtype
     cls = jax_impl.LSTM if spec.cell == "lstm" else jax_impl.GRU
     model = cls(spec.input_size, spec.hidden_size, batch_first=spec.batch_first, bidirectional=spec.bidirectional,
-                rngs=nnx.Rngs(0), impl=impl, param_dtype=dtype, **options)
+                rngs=nnx.Rngs(0), backend=impl, param_dtype=dtype, **options)
     model.load_state_dict(params)
     return model
 
@@ -328,7 +328,7 @@ def test_lstm_equivalence_with_flax_linen():
         np.testing.assert_allclose(c_nnx, c_linen, atol=ATOL)
     # and the project's two Flax impls, on the canonical params
     for impl in ("flax_linen", "flax_nnx"):
-        out, (h_n, c_n) = jax_impl.lstm(params, x[None], impl=impl, cell_type="LSTMCell")
+        out, (h_n, c_n) = jax_impl.lstm(params, x[None], backend=impl, cell_type="LSTMCell")
         np.testing.assert_allclose(out[0], y_linen, atol=ATOL)
         assert_state(np.asarray(h_n), np.asarray(c_n), 0, new_carry_linen)
 
@@ -371,7 +371,7 @@ def test_rnn_with_gru_cell():
         assert_state(h_n, None, 0, final)
 
     # PyTorch's GRU has b_hn (inside r * (W_hn h + b_hn)); NNX's cannot hold a non-zero one
-    model = jax_impl.GRU(3, 4, batch_first=True, rngs=nnx.Rngs(0), impl="flax_nnx")
+    model = jax_impl.GRU(3, 4, batch_first=True, rngs=nnx.Rngs(0), backend="flax_nnx")
     assert np.any(model.state_dict()["bias_hh_l0"][8:] != 0)
     with pytest.raises(ConversionError, match=r"b_hn"):
         to_flax_nnx(spec, model.state_dict(), 0, 0, "GRUCell")
@@ -529,7 +529,7 @@ def test_rnn_with_different_dtypes(impl):
     spec = lstm_spec(batch_first=True)
     params = canonical_from_nnx(spec, "LSTMCell", [cell])
     options = {"cell_type": "LSTMCell"} if impl == "flax_nnx" else {}
-    if precision.device_reason("float16", driver.default_device()):
+    if precision.device_reason("float16", default_device()):
         # rnnbench refuses float16 where the device has no float16 arithmetic (docs/precision.md)
         with pytest.raises(jax_impl.UnsupportedConfigError, match=f"jax.{impl} cannot run float16 on cpu"):
             module(spec, params, impl, **options)
@@ -599,7 +599,7 @@ def test_nnx_split_merge_and_state():
 @pytest.mark.parametrize("impl", ["scan", "flax_nnx"])
 def test_nnx_jit_and_grad_with_lengths(impl):
     spec = lstm_spec(batch_first=True, bidirectional=True)
-    model = jax_impl.LSTM(3, 4, batch_first=True, bidirectional=True, rngs=nnx.Rngs(1), impl=impl)
+    model = jax_impl.LSTM(3, 4, batch_first=True, bidirectional=True, rngs=nnx.Rngs(1), backend=impl)
     x = jax.random.normal(jax.random.key(1), (2, 5, 3), F32)
     lengths = jnp.array([5, 3])
 
@@ -613,7 +613,7 @@ def test_nnx_jit_and_grad_with_lengths(impl):
     loss, grads = loss_and_grad(model, x, lengths)
 
     def functional(params):  # the same loss on the canonical params, jax.grad
-        out, (h, c) = jax_impl.lstm(params, x, lengths=lengths, batch_first=True, bidirectional=True, impl=impl)
+        out, (h, c) = jax_impl.lstm(params, x, lengths=lengths, batch_first=True, bidirectional=True, backend=impl)
         return jnp.sum(out ** 2) + jnp.sum(h * c)
 
     want_loss, want = jax.value_and_grad(functional)(model.canonical_params())

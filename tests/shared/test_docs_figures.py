@@ -52,7 +52,7 @@ def test_no_measured_figure_written_by_hand(page):
         pytest.skip(f"temporarily exempt: {df.TEMPORARILY_EXEMPT[name]}")
     found = df.unmarked_figures(page.read_text())
     assert not found, (f"{name}: measured figures written by hand; mark each as <!--fig KEY-->...<!--/fig--> "
-                       "from a committed record (shared/docs_figures.py), or drop it:\n" + "\n".join(found))
+                       "from a committed record (shared/docs_figures/), or drop it:\n" + "\n".join(found))
 
 
 def test_exemptions_and_allowlist_stay_small():

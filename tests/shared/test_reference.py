@@ -228,7 +228,7 @@ def test_hand_written_step_backward_matches_the_complex_step(spec):
     perturb_extras(spec, params, rng)
     cell = reference.get_cell_step(spec.cell)
     assert cell.hand_written
-    p = reference._layer_params(spec, params, 0, 0)
+    p = reference.driver.step_params(spec, params, 0, 0)
     x = rng.standard_normal((3, spec.input_size))
     state = (rng.standard_normal((3, spec.output_hidden_size)),)
     if spec.family == "lstm":

@@ -37,7 +37,8 @@ def test_capabilities_name_what_is_missing():
 
 
 def test_old_names_are_aliases():
-    assert registry.get("torch.autograd") is registry.get("torch.bptt")
+    with pytest.warns(DeprecationWarning, match="torch.autograd is deprecated: use torch.bptt"):
+        assert registry.get("torch.autograd") is registry.get("torch.bptt")
     assert registry.get("torch.native").unsupported_reason(RNNSpec("lstm", 3, 4, proj_size=2)) is None
     assert "float64" in registry.get("jax.cudnn").unsupported_reason(RNNSpec("lstm", 3, 4), dtype="float64")
 

@@ -176,8 +176,10 @@ def test_compile_does_not_recompile_for_a_repeated_configuration():
 
 def test_bptt_backend_present_and_its_old_name_an_alias():
     assert "bptt" in torch_impl.available_backends()
-    assert torch_impl.unavailable_reason("autograd") is None
-    assert torch_impl.LSTM(3, 4, backend="autograd").backend == "bptt"
+    with pytest.warns(DeprecationWarning, match="use backend='bptt'"):
+        assert torch_impl.unavailable_reason("autograd") is None
+    with pytest.warns(DeprecationWarning, match="use backend='bptt'"):
+        assert torch_impl.LSTM(3, 4, backend="autograd").backend == "bptt"
 
 
 @pytest.mark.gpu

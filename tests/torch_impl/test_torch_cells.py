@@ -1,7 +1,7 @@
 """torch_impl's catalogue cells (ln_lstm, peephole_lstm, gru_reset_before) vs the NumPy reference.
 
 Every backend that runs a custom cell (`torch_impl.CUSTOM_CELL_BACKENDS`: eager and
-compile for all; `autograd` where `unsupported_cell_reason` is None: peephole_lstm, ln_lstm) against `shared.reference` in float64 (1e-9,
+compile for all; `bptt` where `unsupported_cell_reason` is None: peephole_lstm, ln_lstm) against `shared.reference` in float64 (1e-9,
 forward and every gradient) on random configurations covering layers, bidirectional,
 batch_first, bias=False, unsorted lengths and initial states, with the extra parameters
 moved away from their init; float32 (2e-5) on the shared vectors.  `compile` runs one
@@ -173,20 +173,20 @@ def test_a_missing_layernorm_parameter_is_named():
 
 
 def test_cell_support_table():
-    """eager and compile run every catalogue cell; autograd at least peephole_lstm; native none."""
+    """eager and compile run every catalogue cell; bptt at least peephole_lstm; native none."""
     for cell in CUSTOM_CELLS:
         for backend in torch_impl.CUSTOM_CELL_BACKENDS:
             assert torch_impl.unsupported_cell_reason(backend, cell) is None
         assert "cuDNN" in torch_impl.unsupported_cell_reason("native", cell)
-    assert torch_impl.unsupported_cell_reason("autograd", "peephole_lstm") is None
-    assert torch_impl.unsupported_cell_reason("autograd", "ln_lstm") is None
+    assert torch_impl.unsupported_cell_reason("bptt", "peephole_lstm") is None
+    assert torch_impl.unsupported_cell_reason("bptt", "ln_lstm") is None
     for backend in ("lstm", "gru"):
         assert all(torch_impl.unsupported_cell_reason(b, backend) is None for b in torch_impl.BACKENDS)
 
 
 @pytest.mark.parametrize("cls", [torch_impl.PeepholeLSTM, torch_impl.LayerNormLSTM])
-def test_autograd_no_grad_forward_equals_the_training_forward(cls):
-    module = cls(3, 4, num_layers=2, bidirectional=True, backend="autograd", dtype=torch.float64)
+def test_bptt_no_grad_forward_equals_the_training_forward(cls):
+    module = cls(3, 4, num_layers=2, bidirectional=True, backend="bptt", dtype=torch.float64)
     x, lengths = torch.randn(5, 3, 3, dtype=torch.float64), torch.tensor([5, 2, 4])
     out, (h_n, c_n) = module(x, lengths=lengths)
     with torch.no_grad():

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import torch_impl
+from shared import registry
 from shared.adapter import FrameworkAdapter
 from shared.capabilities import ANY_CELL
 from shared.cells import CUSTOM_CELLS, STANDARD_CELLS, get_cell
@@ -25,20 +26,27 @@ def test_declarations_are_what_the_registry_hard_coded():
         "bptt": dict(cells=("lstm", "gru", "peephole_lstm", "ln_lstm"), proj_size=True),
         "native": dict(cells=STANDARD_CELLS, proj_size=True),
     }
-    assert tuple(expected) == backends.BACKENDS
+    assert backends.BACKENDS == registry.keys("torch")  # the ladder: the registry's order
+    assert [b for b in backends.BACKENDS if b in expected] == list(expected)  # a new rung adds to it
     for name, want in expected.items():
         caps = backends.capabilities(name)
         assert caps is backends.MODULES[name].CAPABILITIES
         assert adapter.get_adapter(name).capabilities is caps
         assert dict(cells=caps.cells, proj_size=caps.proj_size) == want, name
-    assert backends.PROJ_BACKENDS == ("jit", "eager", "compile", "bptt", "native")
-    assert backends.CUSTOM_CELL_BACKENDS == ("eager", "compile")
+    for name in backends.BACKENDS:
+        caps = backends.capabilities(name)
+        assert (name in backends.PROJ_BACKENDS) == caps.proj_size, name
+        assert (name in backends.CUSTOM_CELL_BACKENDS) == (caps.cells == ANY_CELL), name
+    assert {"jit", "eager", "compile", "bptt", "native"} <= set(backends.PROJ_BACKENDS)
+    assert {"eager", "compile"} <= set(backends.CUSTOM_CELL_BACKENDS)
 
 
-def test_the_old_name_of_bptt_is_an_alias():
+def test_the_old_name_of_bptt_is_an_alias_that_warns():
     assert backends.ALIASES == {"autograd": "bptt"}
-    assert adapter.get_adapter("autograd").key == "bptt"
-    assert torch_impl.capabilities("autograd") is torch_impl.capabilities("bptt")
+    with pytest.warns(DeprecationWarning, match="backend='autograd' is deprecated: use backend='bptt'"):
+        assert adapter.get_adapter("autograd").key == "bptt"
+    with pytest.warns(DeprecationWarning, match="backend='bptt'"):
+        assert torch_impl.capabilities("autograd") is torch_impl.capabilities("bptt")
 
 
 def test_every_cell_is_a_cell_object():

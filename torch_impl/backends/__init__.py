@@ -1,44 +1,53 @@
-"""The ladder of PyTorch backends: names, declarations and availability.
+"""The ladder of PyTorch backends: names, declarations, availability and the one capability check.
 
-One module per rung, each with its `CAPABILITIES` next to its code; every rung but
-`native` is a direction function composed by `torch_impl.driver`.  `ALIASES` keeps the
-older names working (`autograd` is now `bptt`, the name JAX uses too).
+One module per rung, `backends/<name>.py`, each with its `CAPABILITIES` next to its code; the
+ladder's order is the registry's (`shared.registry.keys("torch")`), so a new rung is its module
+and its registry row.  A rung runs one layer in one direction (`run_direction`), composed over
+layers and directions by `torch_impl.driver`, or a whole stack (`run_stack`: `native`).
+
+The functions below are `jax_impl.backends`' too, under the same names and arguments:
+`check_backend_name`, `backend_module`, `capabilities`, `unavailable_reason`,
+`unsupported_reason` (the whole question: `shared.capabilities.Capabilities.refusal`),
+`unsupported_cell_reason`, `gradient_reason`, `available_backends`.  `ALIASES` keeps the
+earlier name `autograd` of `bptt` working (with a DeprecationWarning).
 """
 
 from __future__ import annotations
 
+import importlib
 from functools import lru_cache
 
 import torch
 
-from shared.capabilities import Capabilities
+from shared import registry
+from shared.capabilities import (ANY_CELL, BackendUnavailableError, Capabilities, Ladder, UnknownBackendError,
+                                 UnsupportedConfigError)
 
-from . import bptt, cell_loop, eager, jit, naive, native
-from . import compile as compile_
+from ..cells import CELLS
 from ._common import ProjectionNotSupportedError, under_vmap
 
-# Ladder order, slowest idea first (the registry's rungs).
-MODULES = {"naive": naive, "cell_loop": cell_loop, "jit": jit, "eager": eager, "compile": compile_,
-           "bptt": bptt, "native": native}
-BACKENDS = tuple(MODULES)
-ALIASES = {"autograd": "bptt"}
+# Ladder order, slowest idea first: the registry's rows.
+BACKENDS = registry.keys("torch")
+MODULES = {name: importlib.import_module(f"{__name__}.{name}") for name in BACKENDS}
+ALIASES = {"autograd": "bptt"}  # earlier names (`shared.deprecation`)
+LADDER = Ladder("torch", MODULES, CELLS, ALIASES)
 
-# Derived from the declarations, kept for callers of the earlier names.
+# Derived from the declarations: the rungs with proj_size, and those that run every cell with a step.
 PROJ_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.proj_size)
-CUSTOM_CELL_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.cells == "any")
+CUSTOM_CELL_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.cells == ANY_CELL)
 
-__all__ = ["BACKENDS", "ALIASES", "MODULES", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "ProjectionNotSupportedError",
-           "under_vmap", "check_backend_name", "backend_module", "capabilities", "unavailable_reason",
-           "unsupported_cell_reason", "available_backends"]
+__all__ = ["BACKENDS", "ALIASES", "MODULES", "LADDER", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "ProjectionNotSupportedError",
+           "UnknownBackendError", "BackendUnavailableError", "UnsupportedConfigError", "under_vmap",
+           "check_backend_name", "backend_module", "capabilities", "unavailable_reason", "refusal",
+           "unsupported_reason", "unsupported_cell_reason", "gradient_reason", "available_backends"]
 
 
-def check_backend_name(name: str) -> str:
-    """The backend's name (an alias resolved); ValueError naming the valid ones."""
-    name = ALIASES.get(name, name)
-    if name not in MODULES:
-        raise ValueError(f"unknown backend {name!r}; valid backends: {', '.join(BACKENDS)} "
-                         f"(aliases: {', '.join(f'{a} = {b}' for a, b in ALIASES.items())})")
-    return name
+# The capability check, the same functions as jax_impl.backends' (`shared.capabilities.Ladder`).
+check_backend_name = LADDER.check_name
+refusal = LADDER.refusal
+unsupported_reason = LADDER.unsupported_reason
+unsupported_cell_reason = LADDER.unsupported_cell_reason
+gradient_reason = LADDER.gradient_reason
 
 
 def backend_module(name: str):
@@ -49,32 +58,23 @@ def capabilities(name: str) -> Capabilities:
     return backend_module(name).CAPABILITIES
 
 
-def unavailable_reason(name: str, device: str | torch.device = "cpu") -> str | None:
-    """None when backend `name` runs on `device` here, else the reason it cannot."""
+def unavailable_reason(name: str, device: str | torch.device | None = None) -> str | None:
+    """None when backend `name` runs on `device` (default the CPU) here, else the reason it cannot."""
     name = check_backend_name(name)
-    return _unavailable_reason(name, torch.device(device).type)
+    return _unavailable_reason(name, torch.device(device or "cpu").type)
 
 
 @lru_cache(maxsize=None)
 def _unavailable_reason(name: str, kind: str) -> str | None:
+    reason = MODULES[name].CAPABILITIES.device_reason(f"torch.{name}", kind)
+    if reason is not None:
+        return reason
     if kind == "cuda" and not torch.cuda.is_available():
         return f"CUDA is not available here (torch {torch.__version__}, cuda build: {torch.version.cuda})"
-    if kind not in MODULES[name].CAPABILITIES.devices:
-        return f"torch.{name} runs on {', '.join(MODULES[name].CAPABILITIES.devices)}, not {kind}"
     reason_fn = getattr(MODULES[name], "unavailable_reason", None)
     return None if reason_fn is None else reason_fn(kind)
 
 
-def unsupported_cell_reason(name: str, cell: str) -> str | None:
-    """None when backend `name` implements `cell`, else the reason it does not."""
-    from ..cells import has_torch_cell
-    name = check_backend_name(name)
-    if not has_torch_cell(cell):
-        return f"cell {cell!r} has no torch step; add one with torch_impl.register_cell({cell!r}, step)"
-    runs_it = [n for n, m in MODULES.items() if m.CAPABILITIES.runs_cell(cell, has_torch_cell)]
-    return MODULES[name].CAPABILITIES.refuse_cell(f"torch.{name}", cell, has_torch_cell, runs_it)
-
-
-def available_backends(device: str | torch.device = "cpu") -> tuple[str, ...]:
-    """The backends that run on `device` on this machine, in ladder order."""
+def available_backends(device: str | torch.device | None = None) -> tuple[str, ...]:
+    """The backends that run on `device` (default the CPU) here, in ladder order."""
     return tuple(b for b in BACKENDS if unavailable_reason(b, device) is None)

@@ -1,8 +1,8 @@
 """Helpers several backends share: what keeps every rung a full citizen of autograd.
 
-A backend module provides `run_direction(cell, p, x, state, lengths)` (see
-`torch_impl.driver`) and declares `CAPABILITIES` (`shared.capabilities.Capabilities`)
-next to it; `native` runs the whole stack instead (`run_module`).
+A backend module provides `run_direction(cell, p, x, state, lengths)` or `run_stack(...)`
+(see `torch_impl.driver`) and declares `CAPABILITIES` (`shared.capabilities.Capabilities`)
+next to it.
 
 The rungs whose backward is not plain autograd (bptt's hand-written BPTT, jit's
 TorchScript graph, compile's AOTAutograd graph) cannot serve two requests: a
@@ -17,11 +17,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..driver import LayerParams
+from shared.capabilities import UnsupportedConfigError
+from shared.params import LayerParams
 
 
-class ProjectionNotSupportedError(ValueError):
-    """proj_size > 0 asked of a backend that does not implement the projection."""
+class ProjectionNotSupportedError(UnsupportedConfigError):
+    """proj_size > 0 asked of a backend that does not implement the projection (a ValueError)."""
 
 
 def under_func_transform() -> bool:
@@ -147,8 +148,8 @@ class _ContiguousGrad(torch.autograd.Function):
 
 
 def contiguous_grad(t: Tensor) -> Tensor:
-    """`t`, with its gradient made contiguous: slicing a concatenated weight (the seeds'
-    [W_ih | W_hh]) hands autograd's caller strided column blocks, where nn.LSTM's are
+    """`t`, with its gradient made contiguous: slicing a concatenated weight (the `naive`
+    rung's [W_ih | W_hh]) hands autograd's caller strided column blocks, where nn.LSTM's are
     contiguous (and optimizers, `.view` and foreach kernels may rely on that)."""
     if t.requires_grad and torch.is_grad_enabled() and not under_func_transform():
         return _ContiguousGrad.apply(t)

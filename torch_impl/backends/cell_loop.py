@@ -1,11 +1,12 @@
-"""`cell_loop`: `nn.LSTMCell` / `nn.GRUCell` in a Python loop (the GRU seed's middle option).
+"""`cell_loop`: `nn.LSTMCell` / `nn.GRUCell` in a Python loop, one library cell call per step.
 
 Each step calls the op `nn.LSTMCell.forward` itself dispatches to, `aten::lstm_cell`
 (`aten::gru_cell` for the GRU), through the public `torch.ops.aten` namespace, with the
 layer's own weights: the same kernels as a literal `nn.LSTMCell` loop (tested bit for
 bit) without a module whose parameters would have to alias the layer's.  The cell
 computes W_ih x_t + b_ih and W_hh h + b_hh as two GEMMs per step; the loop indexes
-`x[t]` as the seed does (its own loop, to show that).  No projection (nn.LSTMCell has none).
+`x[t]`, as such a loop usually does (its own loop, to show that).  No projection
+(nn.LSTMCell has none).
 """
 
 from __future__ import annotations

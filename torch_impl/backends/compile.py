@@ -28,7 +28,7 @@ from torch._functorch import config as functorch_config
 
 from shared.capabilities import ANY_CELL, Capabilities
 
-from ..cells import project_all, time_loop
+from ..cells import mask_step, project_all, time_loop
 from . import eager
 from ._common import recorded, under_func_transform
 
@@ -36,15 +36,13 @@ CAPABILITIES = Capabilities(cells=ANY_CELL, proj_size=True)
 
 
 def unavailable_reason(device: str = "cpu") -> str | None:
+    """Why inductor cannot compile for `device` here (a device outside `CAPABILITIES` is
+    refused before this is asked)."""
     kind = torch.device(device).type
-    if kind == "cpu":
-        if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
-            return "torch.compile (inductor) on CPU needs a C++ compiler (g++, c++ or clang++) on PATH"
-    elif kind == "cuda":
-        if importlib.util.find_spec("triton") is None:
-            return "torch.compile (inductor) on CUDA needs triton, which is not installed"
-    else:
-        return f"torch.compile backend supports cpu and cuda, not {kind}"
+    if kind == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        return "torch.compile (inductor) on CPU needs a C++ compiler (g++, c++ or clang++) on PATH"
+    if kind == "cuda" and importlib.util.find_spec("triton") is None:
+        return "torch.compile (inductor) on CUDA needs triton, which is not installed"
     return None
 
 
@@ -58,7 +56,7 @@ def _masked_template(step: Callable) -> Callable:
         new = step(x_t, state, q)
         if m is None:
             return tuple(new), new[0]
-        return tuple(torch.where(m, n, o) for n, o in zip(new, state)), new[0] * m
+        return mask_step(m, new, state)
     code = template.__code__.replace(co_name=f"compiled_step_{len(_cache)}")
     return types.FunctionType(code, template.__globals__, code.co_name, template.__defaults__,
                               template.__closure__)

@@ -1,7 +1,7 @@
-"""`jit`: TorchScript, as the first seed recommends: `torch.jit.script` of a direction loop
-around `cells.lstm_update` / `cells.gru_update` (the eager rung's step code), compiled by
-the TorchScript frontend and run by its interpreter with its fusers.  It keeps its own
-loop because TorchScript needs typed arguments, not the cells' dict of weights.
+"""`jit`: TorchScript, the long-standing advice for a fast custom LSTM: `torch.jit.script` of
+a direction loop around `cells.lstm_update` / `cells.gru_update` (the eager rung's step
+code), compiled by the TorchScript frontend and run by its interpreter with its fusers.  It
+keeps its own loop because TorchScript needs typed arguments, not the cells' dict of weights.
 
 TorchScript is in maintenance mode; torch 2.13 still scripts these functions (a
 deprecation warning, if any, is silenced here).  If scripting fails on some build, the
@@ -24,6 +24,7 @@ from . import eager
 from ._common import in_autocast_dtype, recorded
 
 
+# The masking of `cells.mask_step`, written inline: TorchScript needs the state as typed tensors.
 def lstm_direction(x_proj: Tensor, h: Tensor, c: Tensor, w_hh_t: Tensor, w_hr_t: Optional[Tensor],
                    masks: List[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
     outputs: List[Tensor] = []

@@ -1,13 +1,13 @@
-"""`naive`: the seeds' cell made correct.
+"""`naive`: the textbook loop -- concatenate [x_t, h] and apply one Linear per step.
 
 Per step: concatenate [x_t, h] and apply one Linear with the concatenated weight
-[W_ih | W_hh] (the seeds' `gate_fc`), index the input as `x[t]`, chunk the gates.  This
-is the slow baseline, so it keeps its own loop (the seeds'): `x[t]` makes autograd write
-a full-size zero tensor per step in the backward pass, and every step pays for the input
-projection separately.
+[W_ih | W_hh] (a single `gate_fc`), index the input as `x[t]`, chunk the gates.  This is
+the slow baseline, so it keeps its own loop, the one a first custom LSTM is usually written
+as: `x[t]` makes autograd write a full-size zero tensor per step in the backward pass, and
+every step pays for the input projection separately.
 
-Correctness the seeds miss and this keeps: PyTorch's two biases are summed; the GRU's
-reset gate scales only the recurrent part of n (the seeds apply it to the summed gates,
+Correctness such a loop often misses and this keeps: PyTorch's two biases are summed; the
+GRU's reset gate scales only the recurrent part of n (applying it to the summed gates is
 a different function), so n needs W_in x_t + b_in and W_hn h + b_hn apart.
 """
 
@@ -60,8 +60,8 @@ def _gru(p, x, state, masks):
 
 DIRECTIONS = {"lstm": _lstm, "gru": _gru}
 CAPABILITIES = Capabilities(cells=tuple(DIRECTIONS), proj_size=False,
-                            why_not={"proj_size": "the seeds' cell has no output projection",
-                                     "cell": "the seeds' cell is written for PyTorch's LSTM and GRU"})
+                            why_not={"proj_size": "the textbook loop has no output projection",
+                                     "cell": "the textbook loop is written for PyTorch's LSTM and GRU"})
 
 
 def run_direction(cell, p, x, state, lengths):

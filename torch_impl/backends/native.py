@@ -1,20 +1,26 @@
 """`native`: PyTorch's own fused kernels, as `nn.LSTM`/`nn.GRU` call them (`_VF.lstm` /
 `_VF.gru`: cuDNN on CUDA, oneDNN or ATen on the CPU), on a `torch_impl` module's
-parameters.  It runs the whole stack at once (`run_module`), not one direction.
+parameters.  It runs the whole stack at once (`run_stack`), not one direction, on a padded
+input (packed here when it has lengths, as `nn.LSTM`'s users do) or a `PackedSequence`
+(handed to the kernel as it is).
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
+from types import SimpleNamespace
 
 import torch
+import torch.nn as nn
 from torch import _VF
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from shared.capabilities import Capabilities
 
 from ._common import under_vmap
 
-KERNELS = {"lstm": _VF.lstm, "gru": _VF.gru}
+# cell -> (its fused kernel, the mode nn.RNNBase and cuDNN call it)
+KERNELS = {"lstm": (_VF.lstm, "LSTM"), "gru": (_VF.gru, "GRU")}
 CAPABILITIES = Capabilities(
     cells=tuple(KERNELS), proj_size=True,
     why_not={"cell": "PyTorch's fused kernels (cuDNN on CUDA, oneDNN/ATen on CPU) have only LSTM and GRU"})
@@ -42,21 +48,42 @@ def _kernel_context(kernel, x):
     return nullcontext()
 
 
-def run_module(module, x, batch_sizes, hx):
-    """`nn.LSTM.forward`'s kernel call: x padded (batch_sizes None) or packed data; hx a tuple
-    (h0, c0) or (h0,), already checked.  Returns (output, state tuple)."""
+def flatten_parameters(spec, weights: list) -> None:
+    """`nn.LSTM.flatten_parameters` on `weights` (the stack's parameters in `state_dict` order):
+    on CUDA with cuDNN, the tensors become views into one buffer in cuDNN's layout, which the
+    kernel then uses without copying; a no-op elsewhere."""
+    module = SimpleNamespace(_flat_weights=weights, _flat_weights_names=weights, mode=KERNELS[spec.cell][1],
+                             bias=spec.bias, proj_size=spec.proj_size, input_size=spec.input_size,
+                             hidden_size=spec.hidden_size, num_layers=spec.num_layers, batch_first=spec.batch_first,
+                             bidirectional=spec.bidirectional)
+    nn.RNNBase.flatten_parameters(module)
+
+
+def run_stack(cell, spec, params, x, state: tuple, lengths, *, dropout: float = 0.0, training: bool = False):
+    """`nn.LSTM.forward`'s kernel call on time-major x: padded (with `lengths`, packed for the
+    kernel and padded back) or a `PackedSequence`; `state` (h0, c0) or (h0,), already checked.
+    Returns (output in x's form, state tuple)."""
     if under_vmap():
-        raise RuntimeError(f"backend 'native' runs aten::{module.cell} (nn.{module.mode}'s fused kernel), which "
-                           "torch.func.vmap cannot batch (PyTorch has no batching rule for it, nn."
-                           f"{module.mode} fails the same way); use backend='eager' or 'bptt' under vmap")
-    if x.is_cuda:
-        module.flatten_parameters()
-    kernel = KERNELS[module.cell]
-    args = (module.bias, module.num_layers, module.dropout, module.training, module.bidirectional)
-    state = hx if len(hx) == 2 else hx[0]
-    with _kernel_context(kernel, x):
-        if batch_sizes is None:
-            out, *final = kernel(x, state, module._flat_weights, *args, module.batch_first)
-        else:
-            out, *final = kernel(x, batch_sizes, state, module._flat_weights, *args)
+        raise RuntimeError(f"backend 'native' runs aten::{cell.name} (nn.{KERNELS[cell.name][1]}'s fused kernel), "
+                           "which torch.func.vmap cannot batch (PyTorch has no batching rule for it, nn."
+                           f"{KERNELS[cell.name][1]} fails the same way); use backend='eager' or 'bptt' under vmap")
+    if lengths is not None:
+        packed = pack_padded_sequence(x, lengths.cpu(), enforce_sorted=False)
+        out, final = run_stack(cell, spec, params, packed, tuple(s.index_select(1, packed.sorted_indices)
+                                                                    for s in state), None, dropout=dropout,
+                               training=training)
+        output, _ = pad_packed_sequence(out, total_length=x.shape[0])
+        return output, tuple(s.index_select(1, packed.unsorted_indices) for s in final)
+    weights = [params[name] for name in spec.param_shapes()]
+    data = x.data if isinstance(x, PackedSequence) else x
+    if data.is_cuda:
+        flatten_parameters(spec, weights)
+    kernel = KERNELS[cell.name][0]
+    args = (spec.bias, spec.num_layers, dropout, training, spec.bidirectional)
+    hx = state if len(state) == 2 else state[0]
+    with _kernel_context(kernel, data):
+        if isinstance(x, PackedSequence):
+            out, *final = kernel(data, x.batch_sizes, hx, weights, *args)
+            return PackedSequence(out, x.batch_sizes, x.sorted_indices, x.unsorted_indices), tuple(final)
+        out, *final = kernel(x, hx, weights, *args, False)
     return out, tuple(final)

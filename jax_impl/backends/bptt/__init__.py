@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from shared.capabilities import Capabilities
 
+from shared.params import LayerParams
+
 from ... import cells as jax_cells
 from ...cells import valid_steps
-from ...driver import LayerParams
-from .._common import declared_reason
 from . import cells, lstm_gru
 
 OPTIONS: dict = {}
@@ -32,17 +32,9 @@ CAPABILITIES = Capabilities(
                      "(JAX autodiff)"})
 
 
-def unavailable_reason() -> str | None:
-    return None
-
-
 def hand_written_cells() -> tuple[str, ...]:
     """The cells with a hand-written backward here."""
     return tuple(DIRECTIONS)
-
-
-def unsupported_reason(spec, *, lengths: bool = False, dtype: str = "float32", device: str | None = None):
-    return declared_reason("bptt", CAPABILITIES, spec, lengths=lengths, dtype=dtype, device=device)
 
 
 def run_direction(cell: jax_cells.JaxCell, p: LayerParams, x, state: tuple, lengths, *, reverse: bool):
@@ -51,5 +43,5 @@ def run_direction(cell: jax_cells.JaxCell, p: LayerParams, x, state: tuple, leng
         raise ValueError(f"jax.bptt runs {', '.join(DIRECTIONS)} only, not {cell.name!r}")
     if p.w_hr is not None and not cell.defn.proj_size:
         raise ValueError(f"cell {cell.name!r} does not support proj_size")
-    valid = None if lengths is None else valid_steps(x.shape[0], lengths)
+    valid = valid_steps(lengths, x.shape[0])
     return DIRECTIONS[cell.name](p, x, state, valid, reverse)

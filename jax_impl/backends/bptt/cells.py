@@ -91,7 +91,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ...cells import LN_EPS
+from ...cells import LN_EPS, advance
 from .common import add, mask_carry, masked_outputs, previous, project, scan_outputs, sum_rows, valid_only, weight_grad
 
 # ---------------------------------------------------------------------------------
@@ -161,9 +161,7 @@ def _ln_lstm_forward(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, g_ih, be_ih, g_
         saved = (gh_hat, rstd_h, c_hat, rstd_c, rstd_i_next)
         if v is None:  # output = h sequence: emit it once
             return (h_new, c_new, xin), (h_new, c_new) + saved
-        h_new = jnp.where(v, h_new, h)
-        c_new = jnp.where(v, c_new, c)
-        out = jnp.where(v, h_new, jnp.zeros((), h_new.dtype))
+        (h_new, c_new), out = advance(v, (h_new, c_new), (h, c))
         return (h_new, c_new, xin), (out, c_new) + saved + (h_new,)
 
     xin0, rstd_i0 = input_half(T - 1 if reverse else 0)

@@ -1,9 +1,9 @@
 """GEMMs for the hand-written RNN kernels: oneDNN where it runs, BLAS everywhere else.
 
-`nn.LSTM` uses oneDNN on the CPU, whose prepacked inner-product primitive runs the RNN step
-shapes at two to three times the GFLOP/s of `torch.mm` (MKL) here (docs/torch.md has the
-figures), so a custom LSTM whose GEMMs go through `torch.mm` cannot catch up however well
-it fuses the rest.  This module gives the custom kernels one small object, `Gemm`, that
+`nn.LSTM` uses oneDNN on the CPU, whose prepacked inner-product primitive can run the RNN
+step shapes at a higher GFLOP/s than `torch.mm` (MKL) (docs/torch.md has the figures, from
+the committed study), so a custom LSTM whose GEMMs go through `torch.mm` may not catch up
+however well it fuses the rest.  This module gives the custom kernels one small object, `Gemm`, that
 computes
 
     y = x @ W^T (+ bias) (+ add)
@@ -241,8 +241,8 @@ class Gemm:
 
     def _blas(self, x, bias, add, out):
         if self._weight_t is None:
-            # BLAS is fastest with the right operand contiguous (measured: mm(x, W^T
-            # contiguous) beats mm(x, W.t()) by about 10% on the step shape).
+            # BLAS runs the step shape faster with the right operand contiguous (W^T made
+            # contiguous once) than with the transposed view W.t().
             self._weight_t = self._weight.t().contiguous()
         if add is not None:
             if bias is not None:

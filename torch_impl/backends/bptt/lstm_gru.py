@@ -48,9 +48,9 @@ import threading
 import torch
 
 from shared.cells import get_cell
+from shared.params import LayerParams
 
 from ... import cells
-from ...driver import LayerParams
 from .. import eager
 from .._common import differentiable_grads, kernel_backward_unusable
 from .gemm import Gemm
@@ -216,9 +216,8 @@ def _flat(t):
 class _ScratchPool:
     """Large CPU scratch buffers reused across calls, per thread.
 
-    A fresh 50 MB tensor costs its page faults on first touch: measured here, allocating
-    and filling the (T, B, 4H) buffer of S1 takes 30 ms of CPU time, a third of the GEMM
-    that fills it.  Buffers that live only inside one call (the no-grad input
+    A fresh large tensor costs its page faults on first touch, a sizable share of the GEMM
+    that fills a (T, B, 4H) buffer at the study's sizes.  Buffers that live only inside one call (the no-grad input
     projection, dG in the backward, the external dh) are taken from this pool and given
     back at the end of the call, so only the first call pays.  (CUDA has PyTorch's
     caching allocator for this, so only CPU tensors are pooled.)  At most `max_bytes`
