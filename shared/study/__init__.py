@@ -13,3 +13,17 @@
 Nothing here imports torch or jax at module import time: only the worker does, inside
 its own subprocess; only `cluster`'s functions import ray.
 """
+
+
+def run_study(config, *, progress: bool = True, log=print):
+    """Run (or resume) the study of `config` (a `runner.StudyConfig`) into `config.out`; return the path
+    of results.jsonl.  With `config.cluster` the measurements run as tasks on that Ray cluster
+    (`cluster.run_cluster_study`), otherwise here, one subprocess after another
+    (`runner.run_local_study`, which never imports ray)."""
+    if config.cluster:
+        from .cluster import run_cluster_study
+
+        return run_cluster_study(config, progress=progress, log=log)
+    from .runner import run_local_study
+
+    return run_local_study(config, progress=progress, log=log)

@@ -260,7 +260,7 @@ def _run_or_explain(config, progress: bool):
     """run_study; on Ctrl-C (or SIGTERM) say what was kept and how to resume, return None."""
     import signal
 
-    from .runner import run_study
+    from . import run_study
 
     def _terminate(signum, frame):
         raise KeyboardInterrupt

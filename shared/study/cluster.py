@@ -641,7 +641,7 @@ def local_cluster(nodes: int, cores_per_node: int | None = None, slots: int = 1)
 
 
 def run_cluster_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
-    """`runner.run_study` on the Ray cluster at `config.cluster`; returns results.jsonl's path."""
+    """`shared.study.run_study` on the Ray cluster at `config.cluster`; returns results.jsonl's path."""
     results, previous = open_results(config)
     names = study_names(config)
     ray = connect(config.cluster)

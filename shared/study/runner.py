@@ -486,14 +486,9 @@ def measurement_record(job: dict, index: int, rec: dict, run_id: str) -> dict:
     return record
 
 
-def run_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
-    """Run (or resume) the study into `config.out`; return the path of results.jsonl.
-
-    With `config.cluster` the measurements run as tasks on a Ray cluster (shared.study.cluster);
-    without it, here, one subprocess after another (this module never imports ray)."""
-    if config.cluster:
-        from .cluster import run_cluster_study
-        return run_cluster_study(config, progress=progress, log=log)
+def run_local_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
+    """Run (or resume) the study into `config.out` here, one subprocess after another; return the
+    path of results.jsonl.  `shared.study.run_study` chooses between this and the cluster."""
     from .machine import cpu_account, load_average, machine_info
 
     out = Path(config.out)

@@ -23,7 +23,8 @@ from shared.cells import STANDARD_CELLS
 from shared.registry import Implementation
 from shared.study import runner, workloads
 from shared.study.report import write_report
-from shared.study.runner import StudyConfig, read_records, run_study
+from shared.study import run_study
+from shared.study.runner import StudyConfig, read_records
 from shared.study.table import collect, ladder, table_rows
 from shared.study.worker import summarize, time_calls
 
