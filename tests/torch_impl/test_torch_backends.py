@@ -216,12 +216,20 @@ def test_backend_on_cuda_matches_native_on_cuda(backend):
 def test_native_lstm_trains_under_cpu_autocast_float16_on_every_cpu():
     """PyTorch 2.13 routes an LSTM under CPU autocast float16 with gradients to oneDNN on CPUs with
     AVX512-FP16, where oneDNN has no such primitive and nn.LSTM raises; `native` runs ATen's kernel
-    there, the one other CPUs run, so it trains in this mode everywhere with the same result."""
+    there, the one other CPUs run, so it trains in this mode everywhere with the same result.  A CPU
+    without float16 arithmetic refuses float16 on every rung (it would emulate it in float32)."""
+    from shared.capabilities import UnsupportedConfigError
+    from shared.precision import cpu_has_float16
+
     torch.manual_seed(0)
     ref = nn.LSTM(4, 5, num_layers=2)
     ours = torch_impl.LSTM(4, 5, num_layers=2, backend="native")
     ours.load_state_dict(ref.state_dict())
     x = torch.randn(6, 3, 4)
+    if not cpu_has_float16():
+        with torch.autocast("cpu", dtype=torch.float16), pytest.raises(UnsupportedConfigError, match="float16 arithmetic"):
+            ours(x)
+        return
     with torch.autocast("cpu", dtype=torch.float16):
         out, (h, c) = ours(x)
         (out.float().sum() + h.float().sum() + c.float().sum()).backward()
