@@ -502,7 +502,7 @@ def cmd_parity(args) -> int:
 # Implementations whose every new configuration (and dtype) compiles: torch.compile
 # (inductor) and every JAX impl (XLA).  On the 2-core development CPU a JAX cell costs
 # 2-40 s, so the test suite and `--quick` run them on `covering_cases` only.
-SLOW_IMPLS = ("torch.compile", "jax.")
+SLOW_IMPLS = ("torch.compile", "torch.scan", "jax.")
 
 
 def is_slow(impl: str) -> bool:

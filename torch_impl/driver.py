@@ -57,9 +57,12 @@ def run_layer(backend, cell: TorchCell, p: LayerParams, x: Tensor, state: tuple,
 
 
 def run(backend, cell: TorchCell, x: Tensor, state: tuple, params: Sequence[LayerParams], *, num_layers: int,
-        bidirectional: bool, lengths: Tensor | None = None, dropout: float = 0.0, training: bool = False):
+        bidirectional: bool, lengths: Tensor | None = None, dropout: float = 0.0, training: bool = False,
+        options: Mapping | None = None):
     """The whole stack: x (T, B, I), state = (h0,) or (h0, c0), each (L*D, B, .), `params`
-    one LayerParams per (layer, direction) in PyTorch's order.  Returns (output, state_n)."""
+    one LayerParams per (layer, direction) in PyTorch's order; `options` go to every
+    `run_direction` (a backend's `OPTIONS`).  Returns (output, state_n)."""
+    options = options or {}
     T = x.shape[0]
     D = 2 if bidirectional else 1
     if lengths is not None and bool((lengths == T).all()):
@@ -71,7 +74,7 @@ def run(backend, cell: TorchCell, x: Tensor, state: tuple, params: Sequence[Laye
         for direction in range(D):
             k = layer * D + direction
             out, final = run_layer(backend, cell, params[k], layer_input, tuple(s[k] for s in state), lengths,
-                                   reverse=direction == 1)
+                                   reverse=direction == 1, **options)
             outputs.append(out)
             finals.append(final)
         layer_input = outputs[0] if D == 1 else torch.cat(outputs, dim=2)

@@ -15,21 +15,26 @@ from shared.capabilities import Capabilities
 
 from . import bptt, cell_loop, eager, jit, naive, native
 from . import compile as compile_
+from . import scan
 from ._common import ProjectionNotSupportedError, under_vmap
 
 # Ladder order, slowest idea first (the registry's rungs).
 MODULES = {"naive": naive, "cell_loop": cell_loop, "jit": jit, "eager": eager, "compile": compile_,
-           "bptt": bptt, "native": native}
+           "scan": scan, "bptt": bptt, "native": native}
 BACKENDS = tuple(MODULES)
 ALIASES = {"autograd": "bptt"}
 
 # Derived from the declarations, kept for callers of the earlier names.
 PROJ_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.proj_size)
 CUSTOM_CELL_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.cells == "any")
+# The torch.compile rungs: each new configuration costs a compile (seconds), and they take
+# torch.compile's options (`options(name)`).
+COMPILED_BACKENDS = tuple(n for n, m in MODULES.items() if getattr(m, "COMPILED", False))
 
-__all__ = ["BACKENDS", "ALIASES", "MODULES", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "ProjectionNotSupportedError",
-           "under_vmap", "check_backend_name", "backend_module", "capabilities", "unavailable_reason",
-           "unsupported_cell_reason", "available_backends"]
+__all__ = ["BACKENDS", "ALIASES", "MODULES", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "COMPILED_BACKENDS",
+           "ProjectionNotSupportedError",
+           "under_vmap", "check_backend_name", "backend_module", "capabilities", "options", "check_options",
+           "unavailable_reason", "unsupported_cell_reason", "available_backends"]
 
 
 def check_backend_name(name: str) -> str:
@@ -47,6 +52,25 @@ def backend_module(name: str):
 
 def capabilities(name: str) -> Capabilities:
     return backend_module(name).CAPABILITIES
+
+
+def options(name: str) -> dict:
+    """Backend `name`'s options and their defaults (`backend_options=` of the modules)."""
+    return dict(getattr(backend_module(name), "OPTIONS", {}))
+
+
+def check_options(name: str, given) -> dict:
+    """`given` with the defaults filled in; TypeError naming an option backend `name` does not
+    have, ValueError for a bad value (as `jax_impl`'s backends)."""
+    name = check_backend_name(name)
+    given = dict(given or {})
+    check = getattr(MODULES[name], "check_options", None)
+    if check is not None:
+        return check(name, given)
+    if given:
+        raise TypeError(f"backend {name!r} got unknown options {sorted(given)}; its options: "
+                        f"{', '.join(options(name)) or 'none'}")
+    return {}
 
 
 def unavailable_reason(name: str, device: str | torch.device = "cpu") -> str | None:
