@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("torch_impl", "jax_impl")
 # The mirrored part of the layout: the same relative module names in both packages.
 MIRRORED = {"", "modules", "driver", "cells", "adapter", "train", "precision", "quantized", "backends", "backends._common",
-            "backends.naive",
+            "backends.naive", "backends.scan",
             "backends.bptt", "backends.bptt.lstm_gru", "backends.bptt.cells"}
 # And what only one framework has, each for a reason.
-OWN = {"torch_impl": {"backends.cell_loop", "backends.jit", "backends.eager", "backends.compile", "backends.native",
-                      "backends.bptt.gemm"},
-       "jax_impl": {"functional", "xla_options", "profiling", "backends.scan", "backends.flax_linen",
+OWN = {"torch_impl": {"backends.cell_loop", "backends.jit", "backends.eager", "backends.compile", "backends._compiled",
+                      "backends.native", "backends.bptt.gemm"},
+       "jax_impl": {"functional", "xla_options", "profiling", "backends.flax_linen",
                     "backends.flax_nnx", "backends.cudnn", "backends.bptt.common"}}
 
 

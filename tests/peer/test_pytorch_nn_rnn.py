@@ -55,8 +55,9 @@ Not adapted:
   go through an RNN); the RNN ones of test_nn.py are test_variable_sequence and the
   PackedSequence paths above.
 
-Runtime: every backend runs everything, except that on `compile` (each new configuration
-costs a compile, several seconds on a cold cache) test_variable_sequence runs only the last
+Runtime: every backend runs everything, except that on the torch.compile rungs (`compile`,
+`scan`: each new configuration costs a compile, several seconds on a cold cache)
+test_variable_sequence runs only the last
 of its five length cases (unsorted, variable lengths, batch of 7; with default and given hx,
 proj_size 0 and 2); set RNNBENCH_PEER_FULL=1 to run all five there too.
 
@@ -84,6 +85,7 @@ import torch_impl
 from torch_impl.backends import ProjectionNotSupportedError
 
 FULL = os.environ.get("RNNBENCH_PEER_FULL", "") not in ("", "0")
+COMPILED = torch_impl.backends.COMPILED_BACKENDS  # compile, scan: a compile per configuration
 
 
 from pytorch_testing import common_utils  # noqa: E402
@@ -832,7 +834,7 @@ def test_variable_sequence(backend):
             assertEqual(p1.grad, p2.grad, atol=prec, rtol=0)
 
     tests = VARIABLE_SEQUENCE_TESTS
-    if backend == "compile" and not FULL:
+    if backend in COMPILED and not FULL:
         tests = [tests[4]]  # unsorted, variable lengths: exercises everything the others do
     for enforce_sorted, seq_lens, in tests:
         for use_default_hiddens in (True, False):

@@ -22,6 +22,7 @@ def test_declarations_are_what_the_registry_hard_coded():
         "jit": dict(cells=STANDARD_CELLS, proj_size=True),
         "eager": dict(cells=ANY_CELL, proj_size=True),
         "compile": dict(cells=ANY_CELL, proj_size=True),
+        "scan": dict(cells=ANY_CELL, proj_size=True),
         "bptt": dict(cells=("lstm", "gru", "peephole_lstm", "ln_lstm"), proj_size=True),
         "native": dict(cells=STANDARD_CELLS, proj_size=True),
     }
@@ -31,8 +32,9 @@ def test_declarations_are_what_the_registry_hard_coded():
         assert caps is backends.MODULES[name].CAPABILITIES
         assert adapter.get_adapter(name).capabilities is caps
         assert dict(cells=caps.cells, proj_size=caps.proj_size) == want, name
-    assert backends.PROJ_BACKENDS == ("jit", "eager", "compile", "bptt", "native")
-    assert backends.CUSTOM_CELL_BACKENDS == ("eager", "compile")
+    assert backends.PROJ_BACKENDS == ("jit", "eager", "compile", "scan", "bptt", "native")
+    assert backends.CUSTOM_CELL_BACKENDS == ("eager", "compile", "scan")
+    assert backends.COMPILED_BACKENDS == ("compile", "scan")
 
 
 def test_the_old_name_of_bptt_is_an_alias():
