@@ -57,7 +57,8 @@ runs (see `select`):
     value of every factor appears) in which, in addition, bias and no bias each appear in
     both train and eval mode (two samples per mode);
   * the torch.compile backends (`compile`, `scan`: each new configuration costs a compile;
-    the first one in a process ~20 s) run, in every test, the one sample with the most
+    the first one in a process ~20 s; `scan`, whose compile is the longest, in float64 only)
+    run, in every test, the one sample with the most
     features on (LSTM: bias, batch_first, bidirectional, proj_size=2, hx given; GRU: the same
     without proj_size), and in test_gradgrad also the richest one without biases, so that
     their few configurations compile once and are reused.
@@ -126,6 +127,16 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def _seed():
     """Upstream's TestCase.setUp seeds every test with SEED=1234."""
     torch.manual_seed(1234)
+
+
+@pytest.fixture(autouse=True)
+def _scan_in_float64_only(request):
+    """`scan` compiles a forward and a backward loop per configuration (seconds each): it runs the
+    float64 instances here (float32 on it is the parity matrix's), all of them under RNNBENCH_PEER_FULL=1."""
+    params = getattr(request.node, "callspec", None)
+    params = params.params if params else {}
+    if params.get("backend") == "scan" and params.get("dtype") == torch.float32 and not FULL:
+        pytest.skip("scan runs the float64 instances of this suite (RNNBENCH_PEER_FULL=1: float32 too)")
 
 
 # ---- parametrisation --------------------------------------------------------------------

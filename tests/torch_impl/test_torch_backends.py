@@ -121,6 +121,8 @@ def check_against_nn(backend, cell, kw, lengths, with_hx, dtype, seed=0):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("backend", list(_backends()))
 def test_backend_matches_nn_forward_and_gradients(backend, dtype):
+    if backend == "scan" and dtype == torch.float32:
+        pytest.skip("scan's float32 is the parity matrix's (its compile per configuration is the longest)")
     for k, (cell, kw, lengths, with_hx) in enumerate(_grid(backend, dtype)):
         check_against_nn(backend, cell, kw, lengths, with_hx, dtype, seed=k)
 

@@ -194,3 +194,15 @@ def test_a_rung_with_options_is_named_with_them():
         registry.get("torch.scan[freezing")
     for name in registry.MEASURED_OPTIONS:
         assert registry.get(name).name == name
+
+
+@pytest.mark.parametrize("backend", list(_compiled_backends()))
+def test_torch_func_transforms_run_the_eager_formulation_with_a_warning(backend):
+    from torch_impl.backends import _compiled
+
+    _compiled._warn_func_transform.cache_clear()  # it warns once per backend and process
+    ref, ours = _pair(backend, {})
+    x = torch.randn(4, 2, 3)
+    with pytest.warns(UserWarning, match=f"backend '{backend}': under a torch.func transform"):
+        got = torch.func.grad(lambda x: ours(x)[0].sum())(x)
+    torch.testing.assert_close(got, torch.func.grad(lambda x: ref(x)[0].sum())(x), atol=1e-6, rtol=0)

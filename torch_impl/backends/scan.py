@@ -74,7 +74,8 @@ def compiled_directions(cell) -> PerConfiguration:
 def _run(cell, p, x, state, lengths, *, mode, freezing, cpp_wrapper):
     check_device("scan", mode, x.device)
     p, x, state = one_gradient_pattern(p, x, state)
-    args = (p, x, state, lengths)
+    # contiguous input and states: a strided one would be a configuration (a compile) of its own
+    args = (p, x.contiguous(), tuple(s.contiguous() for s in state), lengths)
     frozen = None
     if freezing and not torch.is_grad_enabled():
         frozen = tuple(t for t in p if isinstance(t, torch.Tensor)) + tuple((p.extras or {}).values())
