@@ -53,7 +53,7 @@ def test_cpu_dry_run(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr + json.dumps(summary["steps"], indent=1)
     assert [s["name"] for s in summary["steps"]] == ["tests_gpu", "parity", "study", "compile_modes"]
     skipped = summary["steps"][-1]
-    assert skipped["status"] == "skipped" and "needs a CUDA device" in skipped["reason"]
+    assert skipped["status"] == "skipped" and "need a CUDA device" in skipped["reason"]
     assert summary["versions"]["torch"] and summary["verdict"] == "all steps ok"
     assert (tmp_path / "parity" / "parity.json").exists()
     report = (tmp_path / "study" / "report.md").read_text()
