@@ -177,8 +177,10 @@ print(json.dumps(result))
 def _kind(op: str) -> str:
     if any(g in op for g in ("mm", "linear", "mkldnn", "mkl", "bmm", "gemm")):
         return "GEMM"
-    if "cpp_fused" in op or "Inductor" in op or "CompiledFunction" in op:
-        return "Inductor kernels / compiled"
+    if "CompiledFxGraph" in op or "cpp_fused" in op:  # the generated wrapper, its loop and kernels
+        return "compiled graph (wrapper + Inductor kernels)"
+    if "Dynamo" in op or "Compiled" in op or "_RecordedDirection" in op:
+        return "guards and autograd nodes"
     return "other ATen / Python"
 
 
