@@ -25,6 +25,9 @@ Environment:
   float32,bfloat16,amp_bfloat16; quick: float32,amp_bfloat16; gpu: adds float16, amp_float16);
 - RNNBENCH_THREADS (default 2): the same intra-op thread count for torch and XLA, set
   before either is imported;
+- RNNBENCH_OPTIONS: rungs with options measured besides the registry's rows, comma-separated
+  names such as `torch.scan[freezing]` or `jax.scan[unroll=4]` (`all`: the registry's
+  MEASURED_OPTIONS, the compile modes of the torch.compile rungs); none by default;
 - RNNBENCH_CELL_MODULES: comma-separated modules that register your own cells when
   imported (`shared.cell_modules`); imported here, so their cells join the cell parameter.
   asv drops PYTHONPATH: make the modules importable with ASV_PYTHONPATH.
@@ -77,7 +80,10 @@ import_cell_modules()  # users' own cells (after pinning: a cell module may impo
 GATE_WORKLOADS = [QUICK[0], Workload("M50", seq_len=50, batch=32, input_size=256, hidden_size=256)]
 _BY_NAME = {w.name: w for w in WORKLOADS}
 _BUILDABLE = {**{w.name: w for w in GATE_WORKLOADS}, **_BY_NAME}  # what _build accepts
-PARAMS = [registry.names(), list(CELL_DEFS), list(_BY_NAME), DTYPES]
+_OPTIONS = os.environ.get("RNNBENCH_OPTIONS", "").strip()
+OPTION_NAMES = list(registry.MEASURED_OPTIONS) if _OPTIONS == "all" else [
+    registry.get(n).name for n in registry.split_names(_OPTIONS)]  # a malformed or unknown name fails here
+PARAMS = [registry.names() + OPTION_NAMES, list(CELL_DEFS), list(_BY_NAME), DTYPES]
 PARAM_NAMES = ["impl", "cell", "workload", "dtype"]
 
 

@@ -212,8 +212,12 @@ class JaxWorkload:
 # ---- shared.adapter.FrameworkAdapter -------------------------------------------------------------
 
 def get_adapter(key: str, **options) -> JaxAdapter:
-    """The adapter of backend `key` (one of `jax_impl.BACKENDS`); `options` go to the backend (e.g. unroll)."""
-    return JaxAdapter(key, **options)
+    """The adapter of backend `key` (one of `jax_impl.BACKENDS`); `options` go to the backend (e.g. unroll),
+    as keywords or in the name ("scan[unroll=4]", `shared.registry.split_options`)."""
+    from shared.registry import split_options
+
+    key, named = split_options(key)
+    return JaxAdapter(key, **named, **options)
 
 
 def available_backends(device: str = "cpu") -> tuple[str, ...]:

@@ -12,7 +12,7 @@ valid names on a typo; `Implementation.unavailable_reason(device)` says why one 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from . import deprecation
@@ -120,8 +120,10 @@ _ROWS = [
     Implementation("torch.jit", "TorchScript-scripted eager loop", 2),
     Implementation("torch.eager", "hoisted input GEMM, one addmm per step, unbind, fused gates", 3),
     Implementation("torch.compile", "torch.compile of the step (compile time independent of T)", 4),
-    Implementation("torch.bptt", "custom autograd.Function, hand-written BPTT, batched weight-grad GEMMs", 5),
-    Implementation("torch.native", "nn.LSTM / nn.GRU (cuDNN on CUDA, oneDNN on CPU)", 6),
+    Implementation("torch.scan", "torch.compile of the whole loop: torch's scan operator, hoisted input GEMM "
+                                 "(the program jax.scan hands XLA)", 5),
+    Implementation("torch.bptt", "custom autograd.Function, hand-written BPTT, batched weight-grad GEMMs", 6),
+    Implementation("torch.native", "nn.LSTM / nn.GRU (cuDNN on CUDA, oneDNN on CPU)", 7),
     # JAX ladder (jax_impl.BACKENDS)
     Implementation("jax.naive", "Python loop over time, cat([x, h]) + one dense per step", 0,
                    not_in_default_study="XLA traces the unrolled Python loop: its first train step at S1/S2 "
@@ -134,6 +136,67 @@ _ROWS = [
 ]
 
 REGISTRY: dict[str, Implementation] = {row.name: row for row in _ROWS}
+
+
+# ---- options: "torch.scan[freezing]", "jax.scan[unroll=4]" ----------------------------------------
+# A rung's options (its backend module's OPTIONS) are measured as variants of its row, named by
+# the row's name with the options in brackets; the adapter of "KEY[OPTIONS]" is the backend KEY
+# with those options.
+
+def parse_value(text: str):
+    """An option's value as written in a name: true/false, an int, else the text."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def split_options(name: str) -> tuple[str, dict]:
+    """"torch.scan[freezing,mode=max-autotune-no-cudagraphs]" -> ("torch.scan", {"freezing": True,
+    "mode": "max-autotune-no-cudagraphs"}); a name without brackets -> (name, {})."""
+    if not name.endswith("]") or "[" not in name:
+        if "[" in name or "]" in name:
+            raise UnknownImplementationError(f"malformed options in {name!r}: write NAME[OPTION,OPTION=VALUE]")
+        return name, {}
+    base, _, inside = name[:-1].partition("[")
+    options = {}
+    for item in (i.strip() for i in inside.split(",")):
+        key, eq, value = item.partition("=")
+        if not key.strip() or (eq and not value.strip()) or "[" in item or "]" in item:
+            raise UnknownImplementationError(f"malformed option {item!r} in {name!r}: write NAME[OPTION,OPTION=VALUE]")
+        options[key.strip()] = parse_value(value.strip()) if eq else True
+    return base, options
+
+
+def with_options(base: str, options: dict) -> str:
+    """The canonical name of `base` with `options` (sorted; a true flag written bare)."""
+    if not options:
+        return base
+    items = [k if v is True else f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+             for k, v in sorted(options.items())]
+    return f"{base}[{','.join(items)}]"
+
+
+def split_names(value: str) -> list[str]:
+    """Comma-separated names, commas inside brackets kept: "torch.scan[freezing,mode=x],jax.scan"."""
+    names, depth, current = [], 0, ""
+    for ch in value:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            names.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    names.append(current.strip())
+    return [n for n in names if n]
+
+
+# Option variants the full study profile measures besides the rows (each named as above).
+MEASURED_OPTIONS = ("torch.compile[freezing]", "torch.scan[freezing]", "torch.scan[cpp_wrapper]",
+                    "torch.scan[cpp_wrapper,freezing]", "torch.compile[mode=max-autotune-no-cudagraphs]",
+                    "torch.scan[mode=max-autotune-no-cudagraphs]")
 
 
 def names(framework: str | None = None) -> list[str]:
@@ -162,11 +225,19 @@ def canonical_name(name: str) -> str:
 
 
 def get(name: str) -> Implementation:
+    """The row of `name`; "NAME[OPTIONS]" gives a copy of NAME's row named with its options (checked
+    by the rung when its adapter is built)."""
+    base, options = split_options(name)
     try:
-        return REGISTRY[canonical_name(name)]
+        row = REGISTRY[canonical_name(base)]
     except KeyError:
         raise UnknownImplementationError(
-            f"unknown implementation {name!r}; valid names: {', '.join(names())}") from None
+            f"unknown implementation {base!r}; valid names: {', '.join(names())}") from None
+    if not options:
+        return row
+    options_text = ", ".join(f"{k}={v!r}" for k, v in sorted(options.items()))
+    return replace(row, name=with_options(row.name, options), summary=f"{row.summary} ({options_text})",
+                   not_in_default_study=row.not_in_default_study or "an option variant")
 
 
 def available(device: str = "cpu", framework: str | None = None) -> list[str]:

@@ -18,6 +18,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from shared.adapter import BackendAdapter
 from shared.params import check_params, init_params
+from shared.registry import split_options
 from shared.spec import RNNSpec
 
 from . import backends
@@ -27,9 +28,9 @@ from .precision import storage_dtype as torch_dtype
 
 
 def build_module(spec: RNNSpec, backend: str, params: Mapping[str, np.ndarray] | None = None, *,
-                 dtype: str = "float32", device: str = "cpu"):
-    """The `torch_impl` module for `spec` with `backend`, loaded with canonical `params`."""
-    module = module_for(spec, backend, dtype=torch_dtype(dtype), device=device)
+                 dtype: str = "float32", device: str = "cpu", backend_options: Mapping | None = None):
+    """The `torch_impl` module for `spec` with `backend` (and its options), loaded with canonical `params`."""
+    module = module_for(spec, backend, backend_options, dtype=torch_dtype(dtype), device=device)
     if params is not None:
         check_params(spec, params)
         with torch.no_grad():
@@ -49,8 +50,13 @@ class TorchAdapter(BackendAdapter):
     framework = "torch"
     backends = backends
 
+    def __init__(self, key: str, **options):
+        super().__init__(key)
+        backends.check_options(self.key, options)
+        self.options = options
+
     def __repr__(self) -> str:
-        return f"TorchAdapter({self.key!r})"
+        return f"TorchAdapter({self.key!r}{''.join(f', {k}={v!r}' for k, v in self.options.items())})"
 
     def run_case(self, spec: RNNSpec, params: Mapping[str, np.ndarray], x: np.ndarray,
                  h0: np.ndarray | None = None, c0: np.ndarray | None = None,
@@ -64,7 +70,7 @@ class TorchAdapter(BackendAdapter):
         tdtype = torch_dtype(dtype)
         # Training mode when gradients are asked for: cuDNN computes an RNN's backward only in
         # training mode.  The vectors have no dropout, so both modes compute the same function.
-        module = build_module(spec, self.key, params, dtype=dtype, device=device)
+        module = build_module(spec, self.key, params, dtype=dtype, device=device, backend_options=self.options)
         module.train(cotangents is not None and spec.dropout == 0)
 
         def tensor(a):
@@ -109,7 +115,7 @@ class TorchAdapter(BackendAdapter):
                       device: str = "cpu", seed: int = 0, lengths=None) -> "TorchWorkload":
         self.check(spec, lengths=lengths is not None, dtype=dtype, device=device, gradients=True)
         return TorchWorkload(self.key, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed,
-                             lengths=lengths)
+                             lengths=lengths, backend_options=self.options)
 
 
 class TorchWorkload:
@@ -117,10 +123,11 @@ class TorchWorkload:
     `lengths` the input is a PackedSequence (packed once; `enforce_sorted=False`)."""
 
     def __init__(self, backend: str, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str,
-                 device: str, seed: int, lengths=None):
+                 device: str, seed: int, lengths=None, backend_options: Mapping | None = None):
         self.spec, self.device, self.dtype = spec, device, dtype
         rng = np.random.default_rng(seed)
-        self.module = build_module(spec, backend, init_params(spec, rng), dtype=dtype, device=device)
+        self.module = build_module(spec, backend, init_params(spec, rng), dtype=dtype, device=device,
+                                   backend_options=backend_options)
         shape = (batch, seq_len, spec.input_size) if spec.batch_first else (seq_len, batch, spec.input_size)
         tdtype = torch_dtype(dtype)
         self.x = torch.tensor(rng.standard_normal(shape), dtype=tdtype, device=device, requires_grad=True)
@@ -162,8 +169,11 @@ class TorchWorkload:
 
 # ---- shared.adapter.FrameworkAdapter -------------------------------------------------------------
 
-def get_adapter(key: str) -> TorchAdapter:
-    return TorchAdapter(key)
+def get_adapter(key: str, **options) -> TorchAdapter:
+    """The adapter of backend `key`; options as keywords or in the name ("scan[freezing]",
+    `shared.registry.split_options`)."""
+    key, named = split_options(key)
+    return TorchAdapter(key, **named, **options)
 
 
 def available_backends(device: str = "cpu") -> tuple[str, ...]:

@@ -14,7 +14,8 @@ Mirrors `jax_impl/cells.py`.  A cell is its equations, written once in its `Cell
                                        (h, c), each (B, H); the new h is also the output
 
 `time_loop` runs a step over time with PyTorch's packed-sequence masking; every
-loop-shaped backend (eager, compile) uses it.  Adding a cell never means editing a
+loop-shaped backend (eager, compile) uses it; `scan_loop` is the same loop as torch's scan
+operator, for the `scan` backend.  Adding a cell never means editing a
 driver or a backend:
 
     from shared.cells import CellDef, register_cell
@@ -185,31 +186,36 @@ for _name, _parts in _BUILT_IN.items():
 
 # ---- the one masked time loop ----------------------------------------------------------------------
 
+def valid_mask(lengths: Tensor, seq_len: int) -> Tensor:
+    """Boolean (T, B, 1): True where step t is inside sequence b (t < lengths[b])."""
+    steps = torch.arange(seq_len, device=lengths.device).unsqueeze(1)
+    return (steps < lengths.unsqueeze(0)).unsqueeze(-1)
+
+
 def valid_steps(lengths: Optional[Tensor], seq_len: int) -> List[Tensor]:
     """Per-step (B, 1) masks, True where t < lengths[b]; an empty list without lengths."""
     if lengths is None:
         return []
-    steps = torch.arange(seq_len, device=lengths.device).unsqueeze(1)
-    return list((steps < lengths.unsqueeze(0)).unsqueeze(-1).unbind(0))
+    return list(valid_mask(lengths, seq_len).unbind(0))
 
 
-def mask_step(m: Tensor, new: tuple, old: tuple) -> tuple:
+def mask_step(m: Optional[Tensor], new: tuple, old: tuple) -> tuple:
     """(state, output) after a step with mask m (B, 1): a finished sequence (m False) holds its
-    state and outputs zero."""
+    state and outputs zero; without a mask, the new state."""
+    if m is None:
+        return tuple(new), new[0]
     return tuple(torch.where(m, n, o) for n, o in zip(new, old)), new[0] * m
 
 
 def advance(masks: List[Tensor], t: int, new: tuple, old: tuple) -> tuple:
     """(state, output) after step t (`mask_step` with masks[t]; no masks: the new state).
 
-    Every Python loop masks with it (`time_loop`, `naive`, `cell_loop`), and `compile` calls
-    `mask_step` inside its compiled step.  Two rungs mask their own way: `jit`'s scripted loops
-    write the same two `torch.where`s inline (TorchScript needs the state as typed tensors,
-    not a tuple of any length), and `bptt`'s kernels zero the outputs past each length after
-    their forward (see `backends.bptt.lstm_gru`)."""
-    if not masks:
-        return tuple(new), new[0]
-    return mask_step(masks[t], new, old)
+    Every Python loop masks with it (`time_loop`, `naive`, `cell_loop`), `compile` calls
+    `mask_step` inside its compiled step and `scan_loop` inside its combine function.  Two rungs
+    mask their own way: `jit`'s scripted loops write the same two `torch.where`s inline
+    (TorchScript needs the state as typed tensors, not a tuple of any length), and `bptt`'s
+    kernels zero the outputs past each length after their forward (see `backends.bptt.lstm_gru`)."""
+    return mask_step(masks[t] if masks else None, new, old)
 
 
 def project_all(cell: TorchCell, x: Tensor, q: dict) -> Tensor:
@@ -238,3 +244,24 @@ def time_loop(step: Callable, x_proj: Tensor, state: tuple, q: dict, lengths: Te
             state, out = advance(masks, t, step(x_t, state, q), state)
         outputs.append(out)
     return torch.stack(outputs), state
+
+
+def scan_loop(step: Callable, x_proj: Tensor, state: tuple, q: dict, lengths: Tensor | None = None):
+    """`time_loop` as torch's scan operator (`torch._higher_order_ops.scan`), the loop of
+    `jax_impl.cells.time_loop` (`lax.scan`): one loop that `torch.compile(fullgraph=True)`
+    lowers whole, forward and backward.  Same masking (`mask_step`), same return.
+
+    Inductor refuses a scan whose carry or per-step output aliases an input or another output
+    ("scan might be aliasing the input or the output"): the initial state, the carry and the
+    output are fresh tensors (`clone`, which Inductor fuses into the step's pointwise kernel).
+    """
+    from torch._higher_order_ops.scan import scan
+
+    def combine(carry, xs):
+        x_t, valid = xs if lengths is not None else (xs, None)
+        new, out = mask_step(valid, step(x_t, carry, q), carry)
+        return tuple(s.clone() for s in new), out.clone()
+
+    xs = x_proj if lengths is None else (x_proj, valid_mask(lengths, x_proj.shape[0]))
+    final, outputs = scan(combine, tuple(s.clone() for s in state), xs)
+    return outputs, tuple(final)

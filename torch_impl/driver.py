@@ -64,20 +64,24 @@ def run_layer(backend, cell: TorchCell, p: LayerParams, x: Tensor, state: tuple,
 
 
 def run(backend, cell: TorchCell, spec: RNNSpec, params: Mapping[str, Tensor], x: Tensor | PackedSequence,
-        state: tuple, lengths: Tensor | None = None, *, dropout: float = 0.0, training: bool = False):
-    """The whole stack; see the module docstring.  Returns (output in x's form, state_n tuple)."""
+        state: tuple, lengths: Tensor | None = None, *, dropout: float = 0.0, training: bool = False,
+        options: Mapping | None = None):
+    """The whole stack; see the module docstring.  `options` go to every `run_direction` (a
+    backend's `OPTIONS`).  Returns (output in x's form, state_n tuple)."""
+    options = options or {}
     if hasattr(backend, "run_stack"):
-        return backend.run_stack(cell, spec, params, x, state, lengths, dropout=dropout, training=training)
+        return backend.run_stack(cell, spec, params, x, state, lengths, dropout=dropout, training=training,
+                                 **options)
     if isinstance(x, PackedSequence):  # in sorted order: the caller orders the state the same way
         padded, lengths = pad_packed_sequence(PackedSequence(x.data, x.batch_sizes))
         out, final = _run_layers(backend, cell, spec, params, padded, state, lengths.to(x.data.device), dropout,
-                                 training)
+                                 training, options)
         return PackedSequence(pack_padded_sequence(out, lengths, enforce_sorted=True).data, x.batch_sizes,
                               x.sorted_indices, x.unsorted_indices), final
-    return _run_layers(backend, cell, spec, params, x, state, lengths, dropout, training)
+    return _run_layers(backend, cell, spec, params, x, state, lengths, dropout, training, options)
 
 
-def _run_layers(backend, cell, spec, params, x, state, lengths, dropout, training):
+def _run_layers(backend, cell, spec, params, x, state, lengths, dropout, training, options):
     T = x.shape[0]
     D = spec.num_directions
     if lengths is not None and bool((lengths == T).all()):
@@ -88,7 +92,7 @@ def _run_layers(backend, cell, spec, params, x, state, lengths, dropout, trainin
         for direction in range(D):
             k = layer * D + direction
             out, final = run_layer(backend, cell, layer_params(spec, params, layer, direction), x,
-                                   tuple(s[k] for s in state), lengths, reverse=direction == 1)
+                                   tuple(s[k] for s in state), lengths, reverse=direction == 1, **options)
             outputs.append(out)
             finals.append(final)
         x = outputs[0] if D == 1 else torch.cat(outputs, dim=2)

@@ -77,7 +77,7 @@ class _RNNBase(nn.Module):
     def __init__(self, cell: str, input_size: int, hidden_size: int, num_layers: int = 1,
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
                  bidirectional: bool = False, proj_size: int = 0, device=None, dtype=None,
-                 *, backend: str = "eager"):
+                 *, backend: str = "eager", backend_options=None):
         super().__init__()
         _check_constructor_args(input_size, hidden_size, num_layers, bias, batch_first, dropout,
                                 bidirectional, proj_size)
@@ -99,6 +99,7 @@ class _RNNBase(nn.Module):
             self.register_parameter(name, nn.Parameter(torch.empty(shape, **factory)))
             self._flat_weights_names.append(name)
         self.backend = backend
+        self.backend_options = backend_options
         self.reset_parameters()
 
     # ---- nn.RNNBase compatibility ------------------------------------------------------
@@ -146,6 +147,21 @@ class _RNNBase(nn.Module):
             raise UnsupportedConfigError(refused.reason)
         self._backend = name
         self._checked = None  # (backend, dtype, device) the last forward was checked for
+        if getattr(self, "_backend_options", None):
+            backends.check_options(name, self._backend_options)  # options the new backend must have
+
+    @property
+    def backend_options(self) -> dict:
+        """The backend's options given (`torch_impl.backends.options(backend)` lists them with
+        their defaults): e.g. `{"freezing": True}` or `{"mode": "max-autotune-no-cudagraphs"}`
+        for `compile` and `scan`."""
+        return dict(getattr(self, "_backend_options", None) or {})
+
+    @backend_options.setter
+    def backend_options(self, options) -> None:
+        options = dict(options or {})
+        backends.check_options(self.backend, options)
+        self._backend_options = options
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
@@ -153,7 +169,8 @@ class _RNNBase(nn.Module):
                               ("bidirectional", False), ("proj_size", 0)):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
-        return s + f", backend={self.backend!r}"
+        s += f", backend={self.backend!r}"
+        return s + (f", backend_options={self.backend_options!r}" if self.backend_options else "")
 
     # ---- forward -----------------------------------------------------------------------
     def forward(self, input, hx=None, *, lengths: Tensor | None = None):
@@ -219,7 +236,8 @@ class _RNNBase(nn.Module):
         state = state or self._zero_state(int(x.batch_sizes[0]) if isinstance(x, PackedSequence) else x.shape[1],
                                           data)
         return driver.run(backends.backend_module(self.backend), get_torch_cell(self.cell), self.spec,
-                          self._params(), x, state, lengths, dropout=self.dropout, training=self.training)
+                          self._params(), x, state, lengths, dropout=self.dropout, training=self.training,
+                          options=self.backend_options)
 
     # ---- validation --------------------------------------------------------------------
     def _zero_state(self, batch: int, like: Tensor) -> tuple:
@@ -330,9 +348,10 @@ class LSTM(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 proj_size: int = 0, device=None, dtype=None, *, backend: str = "eager"):
+                 proj_size: int = 0, device=None, dtype=None, *, backend: str = "eager", backend_options=None):
         super().__init__(self.cell_name, input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                         bidirectional, proj_size, device, dtype, backend=backend)
+                         bidirectional, proj_size, device, dtype, backend=backend,
+                         backend_options=backend_options)
 
 
 class GRU(_RNNBase):
@@ -348,13 +367,14 @@ class GRU(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device=None, dtype=None, *, backend: str = "eager", **kwargs):
+                 device=None, dtype=None, *, backend: str = "eager", backend_options=None, **kwargs):
         if "proj_size" in kwargs:  # nn.GRU's own check (it takes **kwargs for this)
             raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
         if kwargs:
             raise TypeError(f"GRU.__init__() got an unexpected keyword argument {next(iter(kwargs))!r}")
         super().__init__(self.cell_name, input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                         bidirectional, 0, device, dtype, backend=backend)
+                         bidirectional, 0, device, dtype, backend=backend,
+                         backend_options=backend_options)
 
 
 class RNN(_RNNBase):
@@ -370,9 +390,10 @@ class RNN(_RNNBase):
 
     def __init__(self, cell: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 proj_size: int = 0, device=None, dtype=None, *, backend: str = "eager"):
+                 proj_size: int = 0, device=None, dtype=None, *, backend: str = "eager", backend_options=None):
         super().__init__(cell, input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                         bidirectional, proj_size, device, dtype, backend=backend)
+                         bidirectional, proj_size, device, dtype, backend=backend,
+                         backend_options=backend_options)
         self.mode = cell  # names the cell in error messages, as "LSTM"/"GRU" do
 
 
@@ -389,9 +410,10 @@ class LayerNormLSTM(RNN):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device=None, dtype=None, *, backend: str = "eager"):
+                 device=None, dtype=None, *, backend: str = "eager", backend_options=None):
         super().__init__("ln_lstm", input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                         bidirectional, 0, device, dtype, backend=backend)
+                         bidirectional, 0, device, dtype, backend=backend,
+                         backend_options=backend_options)
 
 
 class PeepholeLSTM(RNN):
@@ -405,9 +427,10 @@ class PeepholeLSTM(RNN):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device=None, dtype=None, *, backend: str = "eager"):
+                 device=None, dtype=None, *, backend: str = "eager", backend_options=None):
         super().__init__("peephole_lstm", input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                         bidirectional, 0, device, dtype, backend=backend)
+                         bidirectional, 0, device, dtype, backend=backend,
+                         backend_options=backend_options)
 
 
 class ResetBeforeGRU(RNN):
@@ -421,15 +444,16 @@ class ResetBeforeGRU(RNN):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device=None, dtype=None, *, backend: str = "eager"):
+                 device=None, dtype=None, *, backend: str = "eager", backend_options=None):
         super().__init__("gru_reset_before", input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                         bidirectional, 0, device, dtype, backend=backend)
+                         bidirectional, 0, device, dtype, backend=backend,
+                         backend_options=backend_options)
 
 
-def module_for(spec: RNNSpec, backend: str = "eager", **factory) -> _RNNBase:
+def module_for(spec: RNNSpec, backend: str = "eager", backend_options=None, **factory) -> _RNNBase:
     """The module for `spec`: `LSTM`/`GRU` (the drop-ins) for PyTorch's cells, `RNN(cell)` for
     every other catalogue cell; `factory` is device= / dtype=."""
     drop_in = {cls.cell_name: cls for cls in (LSTM, GRU)}.get(spec.cell)
     if drop_in is not None:
-        return drop_in(**spec.torch_kwargs(), backend=backend, **factory)
-    return RNN(spec.cell, **spec.torch_kwargs(), backend=backend, **factory)
+        return drop_in(**spec.torch_kwargs(), backend=backend, backend_options=backend_options, **factory)
+    return RNN(spec.cell, **spec.torch_kwargs(), backend=backend, backend_options=backend_options, **factory)

@@ -33,7 +33,10 @@ table code (`shared.study.table`):
     study:drift[/CELL/WORKLOAD]                     the largest change of a GEMM
                                                     rate between the run's start
                                                     and end (of all roofs, or one)  94%
-    study:first/IMPL/CELL/WORKLOAD/PHASE            first call (trace + compile)    4.52 s
+    study:first/IMPL/CELL/WORKLOAD/PHASE[/warm]     first call (trace + compile):   4.52 s
+                                                    the first process's (cold compile
+                                                    cache) or, /warm, the median of
+                                                    the later processes' (warm cache)
     study:fastest/CELL/WORKLOAD/PHASE[/FRAMEWORK]   the report's "what to use"      `torch.native`
     study:run/FIELD                                 commit, date, measurements, minutes, threads,
                                                     cpu, torch, jax

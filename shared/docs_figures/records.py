@@ -126,9 +126,12 @@ class Study:
             raise FigureError(f"no GEMM roof measured twice{f' for {cell} {workload}' if cell else ''}")
         return _fmt(max(drifts), "%")
 
-    def first(self, impl, cell, workload, phase) -> str:
+    def first(self, impl, cell, workload, phase, cache="cold") -> str:
         _phase(phase)
-        return f"{_fmt(self.value(self.row(impl, cell, workload), f'first_{phase}_s', 'first call'), 's')} s"
+        if cache not in ("cold", "warm"):
+            raise FigureError(f"study:first/.../{cache}: cold (the default) or warm")
+        field = f"first_{phase}_s" if cache == "cold" else f"first_{phase}_warm_s"
+        return f"{_fmt(self.value(self.row(impl, cell, workload), field, f'{cache} first call'), 's')} s"
 
     def fastest(self, cell, workload, phase, framework=None) -> str:
         from ..study.table import what_to_use

@@ -221,7 +221,7 @@ def run_matrix(impls: Sequence[str] | None = None, cases: Sequence | None = None
 # Implementations whose every new configuration (and dtype) compiles: torch.compile
 # (inductor) and every JAX rung (XLA).  A JAX cell costs seconds of compiling on a small
 # CPU, so the test suite and `--quick` run them on `covering_cases` only.
-SLOW_IMPLS = ("torch.compile", "jax.")
+SLOW_IMPLS = ("torch.compile", "torch.scan", "jax.")
 
 
 def is_slow(impl: str) -> bool:

@@ -14,12 +14,14 @@ from .threads import DEFAULT_THREADS
 from .workloads import SPEC_EXAMPLE, SWEEP_LEVELS, resolve
 
 DEFAULT_WORKLOADS = "S1,S2"
+FIRST_CALL_WORKLOADS = "T100,T1000"  # the T sweep's sizes (B=16, I=H=128): only T differs
 # What `rnnbench compare` measures by default ("answer": the first answer a newcomer waits for) and
 # with --profile full (the whole grid); explicit options override either.
 # The answer profile spends less per process (a shorter timed phase, at most four processes):
 # the interval comes from the spread between processes, which more pairs in one process do not narrow.
-PROFILES = {"answer": dict(workloads=DEFAULT_WORKLOADS, sweeps="none", budget=1.0, max_processes=4),
-            "full": dict(workloads="S1,S2,R1", sweeps="small", budget=2.0, max_processes=5)}
+PROFILES = {"answer": dict(workloads=DEFAULT_WORKLOADS, sweeps="none", first_call="none", budget=1.0, max_processes=4),
+            "full": dict(workloads="S1,S2,R1", sweeps="small", first_call=FIRST_CALL_WORKLOADS, budget=2.0,
+                         max_processes=5)}
 REPORTS = Path("reports")
 
 
@@ -94,7 +96,7 @@ def _load_cell_modules(args) -> None:
 def _impls(value: str) -> list[str] | None:
     if value in ("all", ""):
         return None
-    names = _csv(value)
+    names = registry.split_names(value)  # "torch.scan[freezing,mode=...]": a rung with options
     for n in names:
         try:
             registry.get(n)
@@ -123,7 +125,8 @@ def _positive_int(value: str) -> int:
 
 def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impls", type=_impls, default=None,
-                   help="comma-separated implementations (default: every one available here except those the registry opts out, e.g. jax.naive, whose compile takes minutes)")
+                   help="comma-separated implementations (default: every one available here except those the registry opts out, e.g. jax.naive, whose compile takes minutes); "
+                        "a rung with options is NAME[OPTION,OPTION=VALUE], e.g. torch.scan[freezing], jax.scan[unroll=4]")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (default) or cuda")
     p.add_argument("--dtype", choices=precision.ALL, default="float32",
                    help="the precision of the main measurements (default float32; shared.precision)")
@@ -193,6 +196,11 @@ def register(subparsers) -> None:
                         "(profile full), full")
     p.add_argument("--sweep-impls", type=_impls, default=None,
                    help="implementations in the sweeps (default torch.bptt,torch.native,jax.scan)")
+    p.add_argument("--first-call", type=_optional_workloads, default=None, metavar="WORKLOADS",
+                   help="workloads of the first-call group: the first forward and forward+backward (trace + "
+                        "compile) of torch.compile, torch.scan, jax.scan, jax.bptt (LSTM), cold and warm compile "
+                        f"cache; default {FIRST_CALL_WORKLOADS} (profile full: T=100 and T=1000, the same B, I, H), "
+                        "none (profile answer)")
     p.add_argument("--one-thread", type=_optional_workloads, default=None, metavar="WORKLOADS",
                    help="workloads measured forward again on 1 thread, with their GEMM roof, for the report's "
                         "threads section (LSTM, torch.native,torch.bptt,jax.scan,jax.bptt); default: the "
@@ -299,13 +307,18 @@ def cmd_compare(args) -> int:
         args.precisions = []
     if args.one_thread is None and not full:
         args.one_thread = []
+    if args.first_call is None:
+        args.first_call = _optional_workloads(profile["first_call"])
+    if full and args.impls is None:  # the measured options of the compiled rungs too
+        args.impls = registry.default_study_names() + list(registry.MEASURED_OPTIONS)
     out = _out_dir(args)
     config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps, cluster=args.cluster,
                      sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS), custom_cells=custom,
                      custom_workloads=args.custom_workloads or workloads[:1],
                      precisions=list(precision.REDUCED) if args.precisions is None else args.precisions,
                      one_thread_workloads=([w for w in workloads if w.batch == 1] if args.threads > 1 else [])
-                     if args.one_thread is None else args.one_thread)
+                     if args.one_thread is None else args.one_thread,
+                     first_call_workloads=args.first_call)
     results = _run_or_explain(config, args.progress)
     if results is None:
         return 130

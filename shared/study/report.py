@@ -290,6 +290,32 @@ def _jax_targets_section(res: Results) -> list[str]:
     return lines + [""]
 
 
+def _first_call_section(res: Results) -> list[str]:
+    """The first-call group: each compiled rung's first forward and forward+backward at the
+    group's workloads (T=100 and T=1000 by default), cold and warm compile cache."""
+    rows = [r for r in table_rows(res) if r["group"] == "first-call" and r["status"] == "ok"]
+    if not rows:
+        return []
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    lines = ["## First call: compile time against T", "",
+             "LSTM, seconds of the first call (trace + compile + one run): `cold` in the first process (an empty "
+             "compile cache), `warm` the median of the later processes (the cache the first one wrote). "
+             f"Workloads: {', '.join(workloads)}; `last/first` is the cold time at the last over the first "
+             "(1.00x: compile time flat in T).", ""]
+    for phase, label in (("forward", "fwd"), ("train", "fwd+bwd")):
+        head = [f"{w} {label} {c}" for w in workloads for c in ("cold", "warm")]
+        lines += ["| rung | " + " | ".join(head) + " | last/first |", "|---|" + "---:|" * (len(head) + 1)]
+        for impl in dict.fromkeys(r["impl"] for r in rows):
+            by_w = {r["workload"]: r for r in rows if r["impl"] == impl}
+            cells = [fmt((by_w.get(w) or {}).get(f"first_{phase}{'' if c == 'cold' else '_warm'}_s"), "s")
+                     for w in workloads for c in ("cold", "warm")]
+            a, b = (by_w.get(workloads[0]) or {}).get(f"first_{phase}_s"), (by_w.get(workloads[-1]) or {}).get(
+                f"first_{phase}_s")
+            lines.append(f"| {impl} | " + " | ".join(cells) + f" | {fmt(a and b and b / a, 'x')} |")
+        lines.append("")
+    return lines
+
+
 def _threads_section(res: Results) -> list[str]:
     """The one-thread group: forward at 1 thread beside the same rung's forward at the run's
     threads, and the step GEMM's best rate at both, which is the reason for the difference."""
@@ -509,6 +535,7 @@ def _report(records: list[dict], out: Path, *, command: str | None = None, title
         lines += [f"Parity cases: {'; '.join(sorted(notes))}.", ""]
     lines += _jax_targets_section(res)
     lines += _threads_section(res)
+    lines += _first_call_section(res)
     lines += _sanity_section(main_rows + [r for r in rows if r["group"] != "main"])
     lines += _custom_section(res)
     lines += _precision_section(res)

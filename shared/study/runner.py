@@ -178,6 +178,9 @@ def _roof_key(item: dict, config, when: str) -> str:
 DEFAULT_SWEEP_IMPLS = ("torch.bptt", "torch.native", "jax.scan")
 ONE_THREAD_IMPLS = ("torch.native", "torch.bptt", "jax.scan", "jax.bptt")
 ONE_THREAD_SUFFIX = "@1t"
+# The first-call group: the compiled rungs' first calls at T=100 and T=1000 (same B, I, H), cold
+# (the first process, an empty compile cache) and warm (the later processes): compile time vs T.
+FIRST_CALL_IMPLS = ("torch.compile", "torch.scan", "jax.scan", "jax.bptt")
 
 
 @dataclass
@@ -216,6 +219,8 @@ class StudyConfig:
     # Workloads measured forward again on one thread (LSTM, ONE_THREAD_IMPLS), named with
     # ONE_THREAD_SUFFIX, with their own roof at one thread: the report's threads section.
     one_thread_workloads: list[Workload] = field(default_factory=list)
+    # Workloads of the first-call group (LSTM, FIRST_CALL_IMPLS), e.g. sweep T100 and T1000.
+    first_call_workloads: list[Workload] = field(default_factory=list)
     resume: bool = False
     retry_failed: bool = False
     roof: bool = True
@@ -294,6 +299,9 @@ def plan(config: StudyConfig, impls: list[str]) -> list[dict]:
     if config.one_thread_workloads:
         one = [replace(w, name=w.name + ONE_THREAD_SUFFIX) for w in config.one_thread_workloads]
         groups.append(("threads", ["lstm"], one, [i for i in impls if i in ONE_THREAD_IMPLS], config.dtype))
+    if config.first_call_workloads:
+        groups.append(("first-call", ["lstm"], config.first_call_workloads,
+                       [i for i in impls if i in FIRST_CALL_IMPLS], config.dtype))
     for dtype in config.precisions:
         if dtype != config.dtype:
             groups.append(("precision", list(config.cells), config.workloads[:1], impls, dtype))

@@ -78,6 +78,14 @@ def test_unsupported_implementation_skips_through_asv(tmp_path):
     assert "skipped: torch.native implements only lstm, gru" in proc.stdout  # a custom cell nn.LSTM lacks
 
 
+def test_rungs_with_options_join_the_implementations_with_rnnbench_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("RNNBENCH_OPTIONS", "torch.scan[freezing],torch.compile[mode=max-autotune-no-cudagraphs]")
+    code = ("import benchmarks.rnn as b\n"
+            "assert 'torch.scan' in b.PARAMS[0], b.PARAMS\n"
+            "assert b.PARAMS[0][-2:] == ['torch.scan[freezing]', 'torch.compile[mode=max-autotune-no-cudagraphs]']\n")
+    _python(code, tmp_path, timeout=120)
+
+
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="asv needs the git repository to name the commit")
 def test_quick_smoke_run_against_this_environment(tmp_path):
     impl = _smoke_impl()

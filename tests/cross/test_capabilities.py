@@ -20,15 +20,16 @@ from shared.spec import RNNSpec
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 CELLS = STANDARD_CELLS + CUSTOM_CELLS
-# compile builds a graph per configuration (seconds each): two cells stand for the rest
-COMPILE_CELLS = ("lstm", "ln_lstm")
+# the torch.compile rungs build a graph per configuration (seconds each): two cells stand for the
+# rest on compile, one on scan (whose joint forward-backward scan compiles longest)
+COMPILE_CELLS = {"torch.compile": ("lstm", "ln_lstm"), "torch.scan": ("lstm",)}
 T, B, I, H = 3, 2, 3, 4
 
 
 def _specs():
     for name in registry.names():
         for cell in CELLS:
-            if name == "torch.compile" and cell not in COMPILE_CELLS:
+            if cell not in COMPILE_CELLS.get(name, CELLS):
                 continue
             yield name, RNNSpec(cell, I, H, bidirectional=True)
             if cell == "lstm":

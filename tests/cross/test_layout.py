@@ -26,7 +26,7 @@ PACKAGES = ("torch_impl", "jax_impl")
 MIRRORED = {"", "modules", "driver", "cells", "adapter", "train", "precision", "quantized", "backends", "backends._common",
             "backends.bptt.lstm_gru", "backends.bptt.cells"}
 # And what only one framework has, each for a reason.
-OWN = {"torch_impl": {"backends.bptt.gemm"},
+OWN = {"torch_impl": {"backends.bptt.gemm", "backends._compiled"},
        "jax_impl": {"functional", "xla_options", "profiling", "backends.bptt.common"}}
 
 

@@ -188,8 +188,9 @@ def _torch_cases():
     for kwargs, T, B, lengths, init in TORCH_CONFIGS:
         yield pytest.param("eager", kwargs, T, B, lengths, init,
                            id=f"eager-{_kw_id(kwargs)}-len{int(lengths is not None)}-h0{int(init)}")
-    kwargs, T, B, lengths, init = TORCH_CONFIGS[3]  # compile: one config (bidirectional, lengths, h0)
-    yield pytest.param("compile", kwargs, T, B, lengths, init, id="compile-bidirectional-lengths-h0")
+    kwargs, T, B, lengths, init = TORCH_CONFIGS[3]  # the compiled rungs: one config (bidirectional, lengths, h0)
+    for backend in ("compile", "scan"):
+        yield pytest.param(backend, kwargs, T, B, lengths, init, id=f"{backend}-bidirectional-lengths-h0")
 
 
 @pytest.mark.parametrize("backend,kwargs,T,B,lengths,init", list(_torch_cases()))

@@ -14,8 +14,10 @@ and every JAX impl) compile anew for every configuration and dtype (seconds per 
 the shared 2-core CPU), so by default each of them is collected only on
 `shared.parity.covering_cases`: per cell type, the few vectors that together carry every
 feature tag it supports in float64; the cheapest of them per cell type in float32; the
-cheapest lstm and gru ones in the reduced precisions.  The other cells are not
-generated at all (no skips stand for them).  The eager implementations run every vector
+cheapest lstm and gru ones in the reduced precisions.  torch.scan, whose compile of a
+forward and backward scan costs the most per configuration, runs leaner still (`LEAN`): in
+float64 each cell type's one richest vector (the most feature tags), in every other dtype the
+cheapest lstm and gru ones.  The other cells are not generated at all (no skips stand for them).  The eager implementations run every vector
 in every dtype.
 
 The full matrix: `RNNBENCH_FULL_MATRIX=1` generates every cell for every implementation
@@ -67,23 +69,31 @@ FULL = full_matrix_impls(os.environ.get("RNNBENCH_FULL_MATRIX", ""))
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/conftest.py
 
 
+LEAN = {"torch.scan"}
+
+
 def _slow_subset(impl: str) -> dict[str, set[str]]:
     """dtype -> the case names a compiled implementation runs in tests.
 
     float64: the covering cases (every feature tag of each cell type); float32: the
     cheapest of them per cell type (the dtype plumbing; float32 precision is exercised
     on every case by the eager implementations); the reduced precisions: the cheapest lstm
-    and gru ones.
+    and gru ones.  `LEAN` implementations: in float64 each cell type's richest covering case,
+    in float32 the cheapest lstm and gru ones too.
     """
     cover = parity.covering_cases(CASES, parity.supported_in_any_dtype(impl, DTYPES))
-    cheapest = {}
+    cheapest, richest = {}, {}
     for case in cover:
         cell = case.spec.cell
         if cell not in cheapest or parity.case_cost(case) < parity.case_cost(cheapest[cell]):
             cheapest[cell] = case
+        if cell not in richest or len(case.tags) > len(richest[cell].tags):
+            richest[cell] = case
     cheap = {c.name for c in cheapest.values()}
     # reduced precisions: the cheapest lstm and gru vectors (every cell runs them on the eager rungs)
     plain = {c.name for c in cheapest.values() if c.spec.cell in ("lstm", "gru")}
+    if impl in LEAN:
+        return {d: {c.name for c in richest.values()} if d == "float64" else plain for d in DTYPES}
     return {d: {c.name for c in cover} if d == "float64" else cheap if d == "float32" else plain for d in DTYPES}
 
 

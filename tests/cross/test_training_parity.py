@@ -39,10 +39,10 @@ NAMES = tp.implementations()
 CONFIGS = tp.CONFIGS
 # Compile-bound implementations: jax.naive unrolls the time loop (forward and backward)
 # into one XLA program, ~85 s at T=50 on the loaded 2-core machine, and torch.compile
-# takes ~30 s per configuration.  The test suite trains them on the short sine
+# (torch.compile, torch.scan) takes ~30 s per configuration.  The test suite trains them on the short sine
 # configuration only; `rnnbench parity --training` runs them on every configuration
 # (the custom cells' included).
-SHORT_ONLY = {"jax.naive", "torch.compile"}
+SHORT_ONLY = {"jax.naive", "torch.compile", "torch.scan"}
 SHORT_CONFIG = "sine-gru-sgd"
 
 

@@ -56,11 +56,12 @@ runs (see `select`):
   * test_gradgrad (gradgradcheck, same partials, ~5x dearer): a strength-1 cover (every
     value of every factor appears) in which, in addition, bias and no bias each appear in
     both train and eval mode (two samples per mode);
-  * the `compile` backend (each new configuration costs a compile; the first one in a
-    process ~20 s) runs, in every test, the one sample with the most features on (LSTM: bias,
-    batch_first, bidirectional, proj_size=2, hx given; GRU: the same without proj_size), and
-    in test_gradgrad also the richest one without biases, so that its few configurations
-    compile once and are reused.
+  * the torch.compile backends (`compile`, `scan`: each new configuration costs a compile;
+    the first one in a process ~20 s; `scan`, whose compile is the longest, in float64 only)
+    run, in every test, the one sample with the most
+    features on (LSTM: bias, batch_first, bidirectional, proj_size=2, hx given; GRU: the same
+    without proj_size), and in test_gradgrad also the richest one without biases, so that
+    their few configurations compile once and are reused.
 The nn control runs what the backends with proj_size run.  Set RNNBENCH_PEER_FULL=1 to run
 the full sample lists everywhere (upstream's coverage).
 
@@ -87,6 +88,7 @@ import torch_impl
 from torch_impl.backends import ProjectionNotSupportedError
 
 FULL = os.environ.get("RNNBENCH_PEER_FULL", "") not in ("", "0")
+COMPILED = torch_impl.backends.COMPILED_BACKENDS  # compile, scan: a compile per configuration
 
 
 from pytorch_testing import common_modules, common_utils  # noqa: E402
@@ -125,6 +127,16 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def _seed():
     """Upstream's TestCase.setUp seeds every test with SEED=1234."""
     torch.manual_seed(1234)
+
+
+@pytest.fixture(autouse=True)
+def _scan_in_float64_only(request):
+    """`scan` compiles a forward and a backward loop per configuration (seconds each): it runs the
+    float64 instances here (float32 on it is the parity matrix's), all of them under RNNBENCH_PEER_FULL=1."""
+    params = getattr(request.node, "callspec", None)
+    params = params.params if params else {}
+    if params.get("backend") == "scan" and params.get("dtype") == torch.float32 and not FULL:
+        pytest.skip("scan runs the float64 instances of this suite (RNNBENCH_PEER_FULL=1: float32 too)")
 
 
 # ---- parametrisation --------------------------------------------------------------------
@@ -225,18 +237,18 @@ def select(samples, backend, training, dtype, kind="forward", modes=(True, False
     the train and the eval test of a module share one cover between them.  Forward and
     construction tests run every sample (on a backend that refuses proj_size they check the
     refusal); the tests that run backward passes cover the samples the backend runs, so that
-    a refused sample never takes the place of one that runs.  `compile` (each new
-    configuration costs a compile) runs the richest runnable sample, and for gradgrad also
-    the richest one without biases, so that its few configurations are compiled once and
+    a refused sample never takes the place of one that runs.  The torch.compile backends (each
+    new configuration costs a compile) run the richest runnable sample, and for gradgrad also
+    the richest one without biases, so that their few configurations are compiled once and
     reused by every test.
     """
     if FULL:
         return list(samples)
     strength = TIERS[kind]
     if strength is None:
-        return [richest_sample(samples)] if backend == "compile" else list(samples)
+        return [richest_sample(samples)] if backend in COMPILED else list(samples)
     runnable = [s for s in samples if not refused(backend, s)]
-    if backend == "compile":
+    if backend in COMPILED:
         chosen = [richest_sample(runnable)]
         if kind == "gradgrad":
             chosen += [richest_sample([s for s in runnable if _factors(s)[BIAS] != _factors(chosen[0])[BIAS]])]

@@ -55,8 +55,13 @@ Not adapted:
   go through an RNN); the RNN ones of test_nn.py are test_variable_sequence and the
   PackedSequence paths above.
 
-Runtime: every backend runs everything, except that on `compile` (each new configuration
-costs a compile, several seconds on a cold cache) test_variable_sequence runs only the last
+Runtime: every backend runs everything, except that on `scan` (a compile of a forward and a
+backward loop per shape and sequence length) the tests that build the most shapes
+(test_RNN_cpu_vs_cudnn, test_RNN_input_size_zero, test_RNN_dropout_state,
+test_RNN_change_dropout, test_rnn_retain_variables, test_rnn_fused,
+test_LSTM_differentiable_backward_using_oneDNN, test_variable_sequence) are skipped with that
+reason, and that on the torch.compile rungs (`compile`, `scan`: each new configuration costs a
+compile, several seconds on a cold cache) test_variable_sequence runs only the last
 of its five length cases (unsorted, variable lengths, batch of 7; with default and given hx,
 proj_size 0 and 2); set RNNBENCH_PEER_FULL=1 to run all five there too.
 
@@ -84,6 +89,7 @@ import torch_impl
 from torch_impl.backends import ProjectionNotSupportedError
 
 FULL = os.environ.get("RNNBENCH_PEER_FULL", "") not in ("", "0")
+COMPILED = torch_impl.backends.COMPILED_BACKENDS  # compile, scan: a compile per configuration
 
 
 from pytorch_testing import common_utils  # noqa: E402
@@ -115,15 +121,23 @@ def _seed():
     torch.manual_seed(1234)
 
 
-def _backend_params():
+def _backend_params(skip_scan: bool = False):
     yield pytest.param("nn", id="nn")
     for backend in torch_impl.BACKENDS:
         reason = torch_impl.unavailable_reason(backend, "cpu")
-        marks = [pytest.mark.skip(reason=f"backend {backend} unavailable here: {reason}")] if reason else []
+        if reason is None and skip_scan and backend == "scan" and not FULL:
+            reason = SCAN_SKIP
+        marks = [pytest.mark.skip(reason=f"backend {backend}: {reason}")] if reason else []
         yield pytest.param(backend, id=backend, marks=marks)
 
 
 BACKEND = pytest.mark.parametrize("backend", list(_backend_params()))
+# The tests that build the most shapes (sizes, sequence lengths, dropout and grad modes): on
+# `scan`, which compiles a forward and backward loop per shape (seconds each), they are the
+# suite's longest by far, so they run there under RNNBENCH_PEER_FULL=1 only.
+SCAN_SKIP = ("a compile per shape and sequence length makes this test's many shapes the suite's longest run on "
+             "scan; RNNBENCH_PEER_FULL=1 runs it")
+BACKEND_MANY_SHAPES = pytest.mark.parametrize("backend", list(_backend_params(skip_scan=True)))
 MODE = pytest.mark.parametrize("mode", ["GRU", "LSTM"])  # upstream: ['RNN', 'GRU', 'LSTM']
 
 
@@ -312,7 +326,7 @@ def test_projections_errors_on_gru_and_rnn(backend):
 CPU_VS_MODULES = {"GRU": ("GRU", 0), "LSTM": ("LSTM", 0), "LSTM_proj": ("LSTM", 3)}  # upstream: also nn.RNN
 
 
-@BACKEND
+@BACKEND_MANY_SHAPES
 @pytest.mark.parametrize("dropout", [0, 1], ids=["no_dropout", "with_dropout"])
 @pytest.mark.parametrize("module", list(CPU_VS_MODULES))
 def test_RNN_cpu_vs_cudnn(module, dropout, backend):
@@ -455,7 +469,7 @@ def test_cudnn_forward_exception(case, backend):
     assertRaisesRegex(RuntimeError, re.escape("input.size(-1) must be equal to input_size"), rnn, x_wrong)
 
 
-@BACKEND
+@BACKEND_MANY_SHAPES
 @MODE
 def test_RNN_input_size_zero(mode, backend):
     for device in ["cpu"]:  # upstream: get_all_device_types()
@@ -506,7 +520,7 @@ def test_rnn_weight_norm(backend):
             check_weight_norm(lstm, "weight_hr_l0", 5)
 
 
-@BACKEND
+@BACKEND_MANY_SHAPES
 @MODE
 def test_RNN_dropout_state(mode, backend):
     # upstream: nn.RNN(100, 100, 2, bias=False, dropout=p, nonlinearity='relu'), cuda False and True
@@ -545,7 +559,7 @@ def test_RNN_dropout_state(mode, backend):
                     assertNotEqual(hy1, hy3)
 
 
-@BACKEND
+@BACKEND_MANY_SHAPES
 @MODE
 def test_RNN_change_dropout(mode, backend):
     # upstream: nn.RNN(100, 100, 2, dropout=0, nonlinearity='relu'), cuda False and True
@@ -586,7 +600,7 @@ def test_RNN_change_dropout(mode, backend):
 DEVICE = "cpu"
 
 
-@BACKEND
+@BACKEND_MANY_SHAPES
 @MODE
 def test_rnn_retain_variables(mode, backend):
     device, dtype = DEVICE, torch.double  # @dtypes(torch.double) on cpu
@@ -645,7 +659,7 @@ def _mkldnn_enabled_restored():
 
 # upstream: @onlyCUDA @dtypes(torch.float, torch.double) @tf32_on_and_off test_rnn_fused(self, device, dtype):
 # nn.GRU / nn.LSTM on the CPU against the same module on `device`; here against the backend's module (CPU).
-@BACKEND
+@BACKEND_MANY_SHAPES
 @pytest.mark.parametrize("dtype", [torch.float, torch.double], ids=["float32", "float64"])
 def test_rnn_fused(dtype, backend):
     device = DEVICE
@@ -714,7 +728,7 @@ def test_rnn_fused(dtype, backend):
                     assertEqual(hx.grad, hx_device.grad)
 
 
-@BACKEND
+@BACKEND_MANY_SHAPES
 def test_LSTM_differentiable_backward_using_oneDNN(backend):
     batch = 10
     seq_len = 12
@@ -753,7 +767,7 @@ VARIABLE_SEQUENCE_TESTS = [
 ]
 
 
-@BACKEND
+@BACKEND_MANY_SHAPES
 def test_variable_sequence(backend):
     device, dtype = DEVICE, torch.float  # @dtypes(torch.float) on cpu
 
@@ -832,7 +846,7 @@ def test_variable_sequence(backend):
             assertEqual(p1.grad, p2.grad, atol=prec, rtol=0)
 
     tests = VARIABLE_SEQUENCE_TESTS
-    if backend == "compile" and not FULL:
+    if backend in COMPILED and not FULL:
         tests = [tests[4]]  # unsorted, variable lengths: exercises everything the others do
     for enforce_sorted, seq_lens, in tests:
         for use_default_hiddens in (True, False):

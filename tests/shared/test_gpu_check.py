@@ -26,7 +26,8 @@ def test_version_notes_tolerate_the_gpu_machine_and_flag_the_rest():
 
 def test_the_cuda_plan_covers_tests_parity_and_study(tmp_path):
     steps = {name: cmd for name, cmd, _ in gpu_check.plan("cuda", tmp_path, quick=False)}
-    assert set(steps) == {"tests_gpu", "parity", "study"}
+    assert set(steps) == {"tests_gpu", "parity", "study", "compile_modes"}
+    assert "torch.scan[mode=reduce-overhead]" in " ".join(steps["compile_modes"])
     assert "-m" in steps["tests_gpu"] and "gpu" in steps["tests_gpu"]
     assert "cuda" in steps["parity"] and "float32,amp_bfloat16" in " ".join(steps["parity"])
     assert "jax.cudnn" in " ".join(steps["study"]) and "torch.native" in " ".join(steps["study"])
@@ -50,7 +51,9 @@ def test_cpu_dry_run(tmp_path):
                           capture_output=True, text=True, timeout=400)
     summary = json.loads((tmp_path / "gpu_check.json").read_text())
     assert proc.returncode == 0, proc.stdout + proc.stderr + json.dumps(summary["steps"], indent=1)
-    assert [s["name"] for s in summary["steps"]] == ["tests_gpu", "parity", "study"]
+    assert [s["name"] for s in summary["steps"]] == ["tests_gpu", "parity", "study", "compile_modes"]
+    skipped = summary["steps"][-1]
+    assert skipped["status"] == "skipped" and "need a CUDA device" in skipped["reason"]
     assert summary["versions"]["torch"] and summary["verdict"] == "all steps ok"
     assert (tmp_path / "parity" / "parity.json").exists()
     report = (tmp_path / "study" / "report.md").read_text()

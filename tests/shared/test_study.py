@@ -603,6 +603,34 @@ def test_one_thread_rows_are_planned_forward_only_with_their_own_name(fake_regis
     assert {j["threads"] for j in jobs} == {1} and all(j["phases"] == ["forward"] for j in jobs)
 
 
+def test_first_call_rows_are_planned_for_the_compiled_rungs_and_reported_cold_and_warm(fake_registry, monkeypatch,
+                                                                                       tmp_path):
+    names = fake_registry("slow", "crash")
+    monkeypatch.setattr(runner, "FIRST_CALL_IMPLS", ("fake.slow",))
+    t100, t1000 = workloads.resolve("T100,T1000")
+    assert (t100.batch, t100.input_size, t100.hidden_size) == (t1000.batch, t1000.input_size, t1000.hidden_size)
+    config = StudyConfig(out=tmp_path, workloads=workloads.resolve("S2"), first_call_workloads=[t100, t1000])
+    jobs = [j for j in runner.plan(config, names) if j["group"] == "first-call"]
+    assert [(j["impl"], j["workload_name"]) for j in jobs] == [("fake.slow", "T100"), ("fake.slow", "T1000")]
+    assert all(j["phases"] == ["forward", "train"] and j["cell"] == "lstm" for j in jobs)
+
+    meta = dict(kind="meta", run_id="r1", started="t", argv=None, device="cpu", dtype="float32", threads=2,
+                repeats=3, budget_s=1.0, min_time_s=0.1, timeout=60, resumed=False, machine={})
+    recs = [meta]
+    for w, cold, warm in ((t100, 9.0, 2.0), (t1000, 9.9, 2.2)):
+        for process, first in enumerate((cold, warm, warm)):
+            recs.append(dict(kind="measurement", run_id="r1", key=f"torch.scan|lstm|{w.name}" + (
+                f"#p{process}" if process else ""), process=process, group="first-call", impl="torch.scan",
+                framework="torch", cell="lstm", workload_name=w.name, workload=w.to_dict(), device="cpu",
+                dtype="float32", status="ok", threads=2, forward_s=0.01, train_s=0.03, first_forward_s=first / 3,
+                first_train_s=first))
+    path = tmp_path / "results.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    text = write_report(path, tmp_path).read_text()
+    section = text[text.index("## First call: compile time against T"):]
+    assert "| torch.scan | 9.00 | 2.00 | 9.90 | 2.20 | 1.10x |" in section  # fwd+bwd: cold, warm per T
+
+
 def test_report_has_the_jax_targets_and_the_threads_sections(tmp_path):
     s1, s2 = workloads.resolve("S1,S2")
     meta = dict(kind="meta", run_id="r1", started="t", argv=None, device="cpu", dtype="float32", threads=2,

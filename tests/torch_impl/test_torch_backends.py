@@ -3,8 +3,8 @@
 Forward (output, h_n, c_n) and the gradients of x, h0, c0 and every parameter under a
 random cotangent loss, in float64 and float32, each array within twice the derived bound of
 `shared.tolerances` (both sides round: nn.LSTM is not the float64 reference),
-including PackedSequence input with unsorted lengths.  `compile` runs on two tiny
-configurations only (each new configuration costs a compile).  The shared vectors are
+including PackedSequence input with unsorted lengths.  The torch.compile rungs (`compile`,
+`scan`) run on two tiny configurations only (each new configuration costs a compile).  The shared vectors are
 checked for every backend by tests/cross/test_parity_matrix.py through torch_impl.adapter.
 """
 
@@ -31,9 +31,10 @@ GRID = [
     ("gru", dict(input_size=4, hidden_size=5, bidirectional=True, bias=False), [4, 1, 6, 2], True),
     ("gru", dict(input_size=3, hidden_size=4, num_layers=2, bidirectional=True), [5, 3, 5], True),
 ]
-# compile: one configuration per dtype (each costs a compile): LSTM with unsorted lengths,
+# compile, scan: one configuration per dtype (each costs a compile): LSTM with unsorted lengths,
 # bidirectional, projection, no bias in float64; a plain two-layer GRU in float32.
 COMPILE_GRID = {torch.float64: [GRID[2]], torch.float32: [GRID[4]]}
+COMPILED = torch_impl.backends.COMPILED_BACKENDS
 SEQ_LEN = 6
 
 
@@ -45,7 +46,7 @@ def _backends():
 
 
 def _grid(backend, dtype):
-    grid = COMPILE_GRID[dtype] if backend == "compile" else GRID
+    grid = COMPILE_GRID[dtype] if backend in COMPILED else GRID
     for cell, kw, lengths, with_hx in grid:
         if kw.get("proj_size") and backend not in torch_impl.PROJ_BACKENDS:
             continue
@@ -120,6 +121,8 @@ def check_against_nn(backend, cell, kw, lengths, with_hx, dtype, seed=0):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("backend", list(_backends()))
 def test_backend_matches_nn_forward_and_gradients(backend, dtype):
+    if backend == "scan" and dtype == torch.float32:
+        pytest.skip("scan's float32 is the parity matrix's (its compile per configuration is the longest)")
     for k, (cell, kw, lengths, with_hx) in enumerate(_grid(backend, dtype)):
         check_against_nn(backend, cell, kw, lengths, with_hx, dtype, seed=k)
 
@@ -165,13 +168,17 @@ def test_compile_does_not_recompile_for_a_repeated_configuration():
         pytest.skip(torch_impl.unavailable_reason("compile"))
     from torch._dynamo.utils import counters
     from torch_impl.backends import compile as compiled
+
+    def cached():
+        return sum(len(steps) for steps in compiled._steps.values())
+
     module = torch_impl.GRU(3, 5, num_layers=2, batch_first=True, backend="compile")  # as in COMPILE_GRID
     x = torch.randn(4, SEQ_LEN, 3, requires_grad=True)
     module(x)[0].sum().backward()  # compiles if the grid has not already
-    graphs, cached = counters["stats"]["unique_graphs"], len(compiled._cache)
+    graphs, before = counters["stats"]["unique_graphs"], cached()
     out, _ = module(torch.randn(4, 2 * SEQ_LEN, 3, requires_grad=True))  # longer T: same step graph
     out.sum().backward()
-    assert counters["stats"]["unique_graphs"] == graphs and len(compiled._cache) == cached
+    assert counters["stats"]["unique_graphs"] == graphs and cached() == before
 
 
 def test_bptt_backend_present_and_its_old_name_an_alias():
@@ -189,7 +196,7 @@ def test_backend_on_cuda_matches_native_on_cuda(backend):
     reason = torch_impl.unavailable_reason(backend, "cuda")
     if reason is not None:
         pytest.skip(reason)
-    grid = COMPILE_GRID[torch.float64] if backend == "compile" else GRID[:3] + GRID[5:]
+    grid = COMPILE_GRID[torch.float64] if backend in COMPILED else GRID[:3] + GRID[5:]
     for cell, kw, lengths, with_hx in grid:
         if kw.get("proj_size") and backend not in torch_impl.PROJ_BACKENDS:
             continue

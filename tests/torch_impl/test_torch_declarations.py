@@ -23,6 +23,7 @@ def test_declarations_are_what_the_registry_hard_coded():
         "jit": dict(cells=STANDARD_CELLS, proj_size=True),
         "eager": dict(cells=ANY_CELL, proj_size=True),
         "compile": dict(cells=ANY_CELL, proj_size=True),
+        "scan": dict(cells=ANY_CELL, proj_size=True),
         "bptt": dict(cells=("lstm", "gru", "peephole_lstm", "ln_lstm"), proj_size=True),
         "native": dict(cells=STANDARD_CELLS, proj_size=True),
     }
@@ -37,8 +38,9 @@ def test_declarations_are_what_the_registry_hard_coded():
         caps = backends.capabilities(name)
         assert (name in backends.PROJ_BACKENDS) == caps.proj_size, name
         assert (name in backends.CUSTOM_CELL_BACKENDS) == (caps.cells == ANY_CELL), name
-    assert {"jit", "eager", "compile", "bptt", "native"} <= set(backends.PROJ_BACKENDS)
-    assert {"eager", "compile"} <= set(backends.CUSTOM_CELL_BACKENDS)
+    assert {"jit", "eager", "compile", "scan", "bptt", "native"} <= set(backends.PROJ_BACKENDS)
+    assert {"eager", "compile", "scan"} <= set(backends.CUSTOM_CELL_BACKENDS)
+    assert backends.COMPILED_BACKENDS == ("compile", "scan")
 
 
 def test_the_old_name_of_bptt_is_an_alias_that_warns():

@@ -35,11 +35,15 @@ LADDER = Ladder("torch", MODULES, CELLS, ALIASES)
 # Derived from the declarations: the rungs with proj_size, and those that run every cell with a step.
 PROJ_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.proj_size)
 CUSTOM_CELL_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.cells == ANY_CELL)
+# The torch.compile rungs: each new configuration costs a compile (seconds), and they take
+# torch.compile's options (`options(name)`).
+COMPILED_BACKENDS = tuple(n for n, m in MODULES.items() if getattr(m, "COMPILED", False))
 
-__all__ = ["BACKENDS", "ALIASES", "MODULES", "LADDER", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "ProjectionNotSupportedError",
-           "UnknownBackendError", "BackendUnavailableError", "UnsupportedConfigError", "under_vmap",
-           "check_backend_name", "backend_module", "capabilities", "unavailable_reason", "refusal",
-           "unsupported_reason", "unsupported_cell_reason", "gradient_reason", "available_backends"]
+__all__ = ["BACKENDS", "ALIASES", "MODULES", "LADDER", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "COMPILED_BACKENDS",
+           "ProjectionNotSupportedError", "UnknownBackendError", "BackendUnavailableError", "UnsupportedConfigError",
+           "under_vmap", "check_backend_name", "backend_module", "capabilities", "options", "check_options",
+           "unavailable_reason", "refusal", "unsupported_reason", "unsupported_cell_reason", "gradient_reason",
+           "available_backends"]
 
 
 # The capability check, the same functions as jax_impl.backends' (`shared.capabilities.Ladder`).
@@ -56,6 +60,25 @@ def backend_module(name: str):
 
 def capabilities(name: str) -> Capabilities:
     return backend_module(name).CAPABILITIES
+
+
+def options(name: str) -> dict:
+    """Backend `name`'s options and their defaults (`backend_options=` of the modules)."""
+    return dict(getattr(backend_module(name), "OPTIONS", {}))
+
+
+def check_options(name: str, given) -> dict:
+    """`given` with the defaults filled in; TypeError naming an option backend `name` does not
+    have, ValueError for a bad value (as `jax_impl`'s backends)."""
+    name = check_backend_name(name)
+    given = dict(given or {})
+    check = getattr(MODULES[name], "check_options", None)
+    if check is not None:
+        return check(name, given)
+    if given:
+        raise TypeError(f"backend {name!r} got unknown options {sorted(given)}; its options: "
+                        f"{', '.join(options(name)) or 'none'}")
+    return {}
 
 
 def unavailable_reason(name: str, device: str | torch.device | None = None) -> str | None:

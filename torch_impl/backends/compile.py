@@ -4,35 +4,33 @@ The hoisted input projection runs eagerly, as in `eager`; the cell's step (the `
 plus the gate math, and the length mask when there is one) is compiled once per
 configuration with `dynamic=False` and called from `cells.time_loop`.  Inductor fuses
 each step's pointwise gate math (and its backward) into one kernel.  The compiled graph
-does not depend on T, so compile time does not grow with the sequence length (unrolling
-the loop, or torch's `scan` operator, measured slower: see docs/torch.md).  Any cell with
-a torch step compiles the same way.
+does not depend on T, so compile time does not grow with the sequence length.  Any cell
+with a torch step compiles the same way.  `scan` is the other way to compile: the whole
+loop in one graph (docs/torch.md compares the two).
 
-Compiled steps are cached per configuration in this module, each under its own code
-object, so that TorchDynamo's per-code recompile limit (8 graphs) is never shared between
-configurations: a new configuration compiles once, a repeated one never recompiles.
+One compiled step per configuration (`_compiled.PerConfiguration`): building many
+differently configured models in one process never meets TorchDynamo's recompile limit.
+Options (`OPTIONS`): torch.compile's `mode`, Inductor's `freezing` for inference (the step
+then takes the weights themselves and `cell.prepare` runs inside it, folded into constants)
+and `cpp_wrapper`; see `_compiled`.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import shutil
-import types
-import warnings
-from typing import Callable
 
 import torch
-from torch import Tensor
-from torch._functorch import config as functorch_config
 
 from shared.capabilities import ANY_CELL, Capabilities
 
 from ..cells import mask_step, project_all, time_loop
-from . import eager
-from ._common import recorded, under_func_transform
+from ._compiled import (OPTIONS, PerConfiguration, check_device, check_options, one_gradient_pattern, run_compiled,
+                        signature)
 
 CAPABILITIES = Capabilities(cells=ANY_CELL, proj_size=True)
+COMPILED = True  # each new configuration costs a compile (seconds)
+__all__ = ["CAPABILITIES", "COMPILED", "OPTIONS", "check_options", "unavailable_reason", "run_direction"]
 
 
 def unavailable_reason(device: str = "cpu") -> str | None:
@@ -46,59 +44,54 @@ def unavailable_reason(device: str = "cpu") -> str | None:
     return None
 
 
-_cache: dict[tuple, Callable] = {}
+_steps: dict[tuple, PerConfiguration] = {}
 
 
-def _masked_template(step: Callable) -> Callable:
-    """A fresh function (its own code object, so its own Dynamo cache) running `step` with
-    the mask inside: step(x_t, state, q[, m]) -> (state, out)."""
-    def template(x_t, state, q, m=None):
-        new = step(x_t, state, q)
-        if m is None:
-            return tuple(new), new[0]
-        return mask_step(m, new, state)
-    code = template.__code__.replace(co_name=f"compiled_step_{len(_cache)}")
-    return types.FunctionType(code, template.__globals__, code.co_name, template.__defaults__,
-                              template.__closure__)
+def compiled_steps(cell, frozen: bool) -> PerConfiguration:
+    """The compiled steps of `cell`: step(x_t, state, q[, m]) -> (state, out), the mask inside;
+    `frozen`: the third argument is the layer's weights, prepared inside (folded by freezing)."""
+    key = (cell.name, cell.step, cell.prepare, frozen)
+    if key not in _steps:
+        step, prepare = cell.step, cell.prepare
+        if frozen:
+            def template(x_t, state, p, m=None):
+                return mask_step(m, step(x_t, state, prepare(p)), state)
+        else:
+            def template(x_t, state, q, m=None):
+                return mask_step(m, step(x_t, state, q), state)
+        _steps[key] = PerConfiguration(template, f"compiled_step_{len(_steps)}")
+    return _steps[key]
 
 
-def _signature(t) -> tuple | None:
-    return None if t is None else (tuple(t.shape), t.dtype, t.device)
-
-
-def compiled_step(cell, x_proj: Tensor, state: tuple, q: dict, masked: bool) -> Callable:
-    """The compiled step for this configuration, compiled on first use."""
-    key = (cell.name, cell.step, masked, _signature(x_proj[0]), tuple(_signature(s) for s in state),
-           tuple((k, _signature(v)) for k, v in q.items()))
-    fn = _cache.get(key)
-    if fn is None:
-        fn = _cache[key] = torch.compile(_masked_template(cell.step), dynamic=False, fullgraph=True)
-    return fn
-
-
-def _run(cell, p, x, state, lengths):
+def _run(cell, p, x, state, lengths, *, mode, freezing, cpp_wrapper):
+    check_device("compile", mode, x.device)
+    p, x, state = one_gradient_pattern(p, x, state)
     q = cell.prepare(p)
     x_proj = project_all(cell, x, q)
-    step = compiled_step(cell, x_proj, state, q, lengths is not None)
+    frozen = freezing and not torch.is_grad_enabled()
+    steps = compiled_steps(cell, frozen)
+    weights = p if frozen else q
+    frozen_weights = None
+    if frozen:
+        frozen_weights = tuple(t for t in p if isinstance(t, torch.Tensor)) + tuple((p.extras or {}).values())
+    # the key of the first step (the initial state) and of the others (a computed state: its
+    # requires_grad and strides may differ), each taken once
+    rest = signature((x_proj[0], weights, lengths is not None))
+    first, fns = state[0], {}
+
+    def step(x_t, state, _, m=None):
+        at_start = state[0] is first
+        if at_start not in fns:
+            fns[at_start] = steps.get((rest, signature(state)), x.device, mode=mode, cpp_wrapper=cpp_wrapper,
+                                      frozen=frozen_weights)
+        return fns[at_start](x_t, state, weights) if m is None else fns[at_start](x_t, state, weights, m)
+
     return time_loop(step, x_proj, state, q, lengths, masks_inside=True)
 
 
-def run_direction(cell, p, x, state, lengths):
-    """One node around the compiled loop (`recorded`): AOTAutograd's compiled backward supports
-    neither double backward nor batched grad_outputs, which then differentiate the eager
-    formulation.  Under a torch.func transform (vmap, grad, ...), which cannot call a compiled
-    function from eager mode, the eager formulation runs (with a warning, once)."""
-    if under_func_transform():
-        _warn_func_transform()
-        return eager.run_direction(cell, p, x, state, lengths)
-    # Donated buffers (an AOTAutograd memory saving) forbid retain_graph=True, which nn.LSTM allows
-    # and `recorded` needs; the option is read when a step compiles.
-    with functorch_config.patch(donated_buffer=False):
-        return recorded(_run, eager.run_direction, cell, p, x, state, lengths)
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_func_transform():
-    warnings.warn("backend 'compile': under a torch.func transform (vmap, grad, jacrev, ...) torch.compile "
-                  "cannot be called from inside it in eager mode, so the eager formulation (backend 'eager') "
-                  "runs instead", stacklevel=4)
+def run_direction(cell, p, x, state, lengths, *, mode: str = "default", freezing: bool = False,
+                  cpp_wrapper: bool = False):
+    """One direction over time-major x (T, B, I), the compiled steps in one autograd node
+    (`_compiled.run_compiled`); see `torch_impl.driver`."""
+    return run_compiled("compile", _run, cell, p, x, state, lengths, mode=mode, freezing=freezing,
+                        cpp_wrapper=cpp_wrapper)
