@@ -72,7 +72,7 @@ gate-power: venv
 
 # The study's answer three times in fresh processes: how far each ratio moves (about 45 min; alone).
 reproducibility: venv
-	$(PY) scripts/reproducibility.py --runs $(or $(RUNS),3) --out $(or $(OUT),reports/reproducibility) --json docs/records/reproducibility.json
+	$(PY) scripts/reproducibility.py --runs $(or $(RUNS),3) --out $(or $(OUT),reports/reproducibility)
 
 # Mutation testing (Cosmic Ray, pinned, in a venv of its own) of the kernels, the reference and the
 # statistics, each module against its targeted tests; hours for all modules: run it alone.

@@ -1,6 +1,6 @@
 """How the study's wall time would scale on N single-slot nodes: a simulation, not a measurement.
 
-    python scripts/cluster_simulate.py docs/records/reproducibility/run-0/results.jsonl --nodes 1,2,4 \
+    python scripts/cluster_simulate.py docs/records/reproducibility/intel-xeon/run-0/results.jsonl --nodes 1,2,4 \
         [--overhead-s 0] [--json docs/records/cluster_simulation.json]
 
 Replays a recorded local run through the cluster driver's own scheduler (`shared.study.cluster.Driver`)

@@ -1,14 +1,14 @@
 """Which interval holds up between runs?  Two estimators on the same committed records.
 
-    python scripts/interval_methods.py                      # the committed reproducibility runs
-    python scripts/interval_methods.py --runs DIR DIR ...   # any study runs of the same plan
+    python scripts/interval_methods.py docs/records/reproducibility/amd-epyc     # one machine's committed runs
+    python scripts/interval_methods.py --runs DIR DIR ... --json FILE            # any study runs of the same plan
 
 For every float32 ratio that all runs measured, each run's per-process pairs give an interval by
 (a) Student's t over the processes' log medians (what the study uses, shared/study/stats.py) and
 (b) the two-level percentile bootstrap (processes with replacement, then each one's pairs) that
 the study used before.  Neither run knows the others, so how often one run's ratio falls inside
 another run's interval, and how often two runs' intervals overlap, says how honest each interval
-is.  Writes docs/records/interval_methods.json (or --json).
+is.  Writes FOLDER/interval_methods.json beside the runs (or --json).
 """
 
 from __future__ import annotations
@@ -89,10 +89,18 @@ def evaluate(runs: list[dict], method) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", nargs="+", type=Path,
-                   default=sorted((ROOT / "docs" / "records" / "reproducibility").glob("run-*")))
-    p.add_argument("--json", type=Path, default=ROOT / "docs" / "records" / "interval_methods.json")
+    p.add_argument("folder", nargs="?", type=Path, help="a folder of runs, run-0, run-1, ...")
+    p.add_argument("--runs", nargs="+", type=Path, help="the runs' folders (instead of FOLDER)")
+    p.add_argument("--json", type=Path, default=None, help="default FOLDER/interval_methods.json")
     args = p.parse_args(argv)
+    if not args.runs:
+        if args.folder is None:
+            p.error("give FOLDER or --runs")
+        args.runs = sorted(args.folder.glob("run-*"))
+    if args.json is None:
+        if args.folder is None:
+            p.error("give --json with --runs")
+        args.json = args.folder / "interval_methods.json"
     runs = [pairs_by_key(d) for d in args.runs]
     result = dict(runs=[str(d.relative_to(ROOT)) if d.is_relative_to(ROOT) else str(d) for d in args.runs],
                   methods={name: evaluate(runs, m) for name, m in METHODS.items()})

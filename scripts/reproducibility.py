@@ -3,7 +3,7 @@
     python scripts/reproducibility.py --runs 3 --out reports/repro      # each run: S1 and S2, LSTM and GRU
     python scripts/reproducibility.py --from reports/repro              # re-read runs already made
 
-Each run is `rnnbench compare --profile answer` (S1 and S2, LSTM and GRU, every CPU rung, forward
+Each run is `rnnbench compare --profile answer` with every rung (S1 and S2, LSTM and GRU, every CPU rung, forward
 and forward+backward, each ratio with its 95% interval) into OUT/run-K.  Then, per ratio, it prints
 the max/min over the runs, how many runs' values lie inside every other run's interval, and how
 many pairs of runs have overlapping intervals (the study's own test for a tie: two runs agree
@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from shared import registry  # noqa: E402
 from shared.study.runner import read_records  # noqa: E402
 from shared.study.table import collect, table_rows  # noqa: E402
 
@@ -35,8 +36,10 @@ INSIDE_SHARE = 0.90
 
 
 def run_study(out: Path, extra: list[str]) -> None:
+    # every CPU rung, the ladder's steps too (the answer profile alone leaves those out)
+    impls = [] if "--impls" in extra else ["--impls", ",".join(registry.default_study_names("full"))]
     cmd = [sys.executable, "-m", "shared.cli", "compare", "--profile", "answer", "--out", str(out),
-           "--no-progress", *extra]
+           "--no-progress", *impls, *extra]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)
 
@@ -106,8 +109,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "reproducibility")
     p.add_argument("--from", dest="from_", type=Path, default=None, help="read OUT/run-* made earlier")
     p.add_argument("--json", type=Path, default=None,
-                   help="where to write the summary (default OUT/reproducibility.json; the committed record is "
-                        "docs/records/reproducibility.json)")
+                   help="where to write the summary (default OUT/reproducibility.json; the committed records are "
+                        "docs/records/reproducibility/MACHINE/: the runs and summary.json)")
     p.add_argument("extra", nargs="*", help="more `rnnbench compare` options after --, e.g. -- --impls ...")
     args = p.parse_args(argv)
     out = args.from_ or args.out

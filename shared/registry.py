@@ -47,6 +47,9 @@ class Implementation:
     rung: int  # position on the ladder, slowest idea first
     # why the default study (`make run`) leaves it out; run it with --impls
     not_in_default_study: str = ""
+    # a step of the ladder, kept to show what the next idea buys, not a rung anyone would pick:
+    # `make run` (the answer profile) leaves it out; --profile full and `rnnbench ladder` measure it
+    ladder_step: bool = False
     adapter_path: str = field(default="", repr=False)  # "module:factory"; default per framework
     # What it computes is declared next to its code (the backend module's CAPABILITIES) and
     # read through its adapter; a row may carry one itself (tests' fake implementations).
@@ -115,9 +118,10 @@ def _load_adapter(path: str, key: str):
 
 _ROWS = [
     # PyTorch ladder (torch_impl.BACKENDS)
-    Implementation("torch.naive", "the textbook loop: cat([x, h]) + one Linear per step, x[t] indexing", 0),
-    Implementation("torch.cell_loop", "nn.LSTMCell / nn.GRUCell in a Python loop", 1),
-    Implementation("torch.jit", "TorchScript-scripted eager loop", 2),
+    Implementation("torch.naive", "the textbook loop: cat([x, h]) + one Linear per step, x[t] indexing", 0,
+                   ladder_step=True),
+    Implementation("torch.cell_loop", "nn.LSTMCell / nn.GRUCell in a Python loop", 1, ladder_step=True),
+    Implementation("torch.jit", "TorchScript-scripted eager loop", 2, ladder_step=True),
     Implementation("torch.eager", "hoisted input GEMM, one addmm per step, unbind, fused gates", 3),
     Implementation("torch.compile", "torch.compile of the step (compile time independent of T)", 4),
     Implementation("torch.scan", "torch.compile of the whole loop: torch's scan operator, hoisted input GEMM "
@@ -128,7 +132,7 @@ _ROWS = [
     Implementation("jax.naive", "Python loop over time, cat([x, h]) + one dense per step", 0,
                    not_in_default_study="XLA traces the unrolled Python loop: its first train step at S1/S2 "
                                         "takes minutes to compile"),
-    Implementation("jax.flax_nnx", "Flax NNX's own LSTMCell / GRUCell", 1),
+    Implementation("jax.flax_nnx", "Flax NNX's own LSTMCell / GRUCell", 1, ladder_step=True),
     Implementation("jax.flax_linen", "flax.linen.RNN with OptimizedLSTMCell / GRUCell", 2),
     Implementation("jax.scan", "lax.scan, hoisted input projection, fused gates", 3),
     Implementation("jax.bptt", "lax.scan forward + custom_vjp hand-written BPTT, batched weight-grad GEMMs", 4),
@@ -210,9 +214,11 @@ def keys(framework: str) -> tuple[str, ...]:
     return tuple(REGISTRY[n].key for n in names(framework))
 
 
-def default_study_names() -> list[str]:
-    """What `rnnbench compare` measures without --impls (every name not opted out)."""
-    return [n for n in names() if not REGISTRY[n].not_in_default_study]
+def default_study_names(profile: str = "full") -> list[str]:
+    """What `rnnbench compare --profile PROFILE` measures without --impls: every name not opted
+    out; the answer profile (`make run`) also leaves out the ladder's steps (`ladder_step`)."""
+    return [n for n in names() if not REGISTRY[n].not_in_default_study
+            and not (profile == "answer" and REGISTRY[n].ladder_step)]
 
 
 def canonical_name(name: str) -> str:

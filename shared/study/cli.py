@@ -172,9 +172,11 @@ def register(subparsers) -> None:
         description="Measure every implementation x cell x workload, each in its own subprocess, appending "
                     "JSON lines; then print the table and write report.md, CSV and plots.")
     p.add_argument("--profile", choices=tuple(PROFILES), default="answer",
-                   help="answer (default): LSTM and GRU on S1 and S2, every rung, forward and forward+backward, "
-                        "with intervals (each measurement in 3-4 processes; docs/study.md gives its length on "
-                        "2 cores); full: also R1, the T and B sweeps, the reduced precisions, the custom cells and S2 on one thread. Options given "
+                   help="answer (default): LSTM and GRU on S1 and S2, every rung one would pick (not the ladder's "
+                        "steps: naive, cell_loop, jit, flax_nnx), forward and forward+backward, with intervals "
+                        "(each measurement in 3-4 processes; docs/study.md gives its length on 2 cores); full: "
+                        "every rung, also R1, the T and B sweeps, the reduced precisions, the compile options, the "
+                        "custom cells, first calls at T=100 and T=1000 and S2 on one thread. Options given "
                         "explicitly override the profile's")
     p.add_argument("--cells", type=_cell_list, default=None,
                    help="comma-separated cells measured on every workload, forward and forward+backward: "
@@ -309,8 +311,8 @@ def cmd_compare(args) -> int:
         args.one_thread = []
     if args.first_call is None:
         args.first_call = _optional_workloads(profile["first_call"])
-    if full and args.impls is None:  # the measured options of the compiled rungs too
-        args.impls = registry.default_study_names() + list(registry.MEASURED_OPTIONS)
+    if args.impls is None:  # full: the measured options of the compiled rungs too
+        args.impls = registry.default_study_names(args.profile) + (list(registry.MEASURED_OPTIONS) if full else [])
     out = _out_dir(args)
     config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps, cluster=args.cluster,
                      sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS), custom_cells=custom,

@@ -53,3 +53,13 @@ def test_default_study_leaves_out_only_what_says_why():
     assert "torch.native" in default and "jax.naive" not in default
     for name in set(registry.names()) - set(default):
         assert registry.get(name).not_in_default_study  # a reason, shown in --help and the README
+
+
+def test_answer_profile_leaves_out_the_ladders_steps_and_nothing_else():
+    full, answer = registry.default_study_names("full"), registry.default_study_names("answer")
+    steps = {n for n in registry.names() if registry.get(n).ladder_step}
+    assert steps == {"torch.naive", "torch.cell_loop", "torch.jit", "jax.flax_nnx"}
+    assert set(full) - set(answer) == steps and set(answer) <= set(full)
+    # every rung one would pick on the CPU stays in `make run`'s answer
+    assert {"torch.native", "torch.eager", "torch.compile", "torch.scan", "torch.bptt",
+            "jax.flax_linen", "jax.scan", "jax.bptt"} <= set(answer)
