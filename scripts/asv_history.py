@@ -151,7 +151,8 @@ def summarize(pairs: list[dict]) -> dict:
             counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     real = [dict(base=p["base"], head=p["head"], **r) for p in pairs for r in p["rows"]
             if r["verdict"] in ("slower", "faster")]
-    return dict(compared=sum(counts.values()), counts=counts, significant=real)
+    return dict(compared=sum(counts.values()), counts=counts, significant=real, slower=counts.get("slower", 0),
+                faster=counts.get("faster", 0), noise=counts.get("beyond the factor, not significant", 0))
 
 
 def main(argv=None) -> int:
@@ -173,7 +174,8 @@ def main(argv=None) -> int:
         run(commits, args.rounds, machine, args.bench)
         collect(machine)
     pairs = verdicts(commits, machine)
-    record = dict(machine=machine, commits=commits, rounds=args.rounds, factor=FACTOR, benchmarks=args.bench,
+    record = dict(machine=machine, commits=commits, sampled=len(commits), rounds=args.rounds, factor=FACTOR,
+                  benchmarks=args.bench,
                   environment=ENV, pairs=pairs, **summarize(pairs))
     if not args.from_results:
         record.update(started=started.isoformat(timespec="seconds"),
