@@ -203,7 +203,7 @@ def gemm_gflops(m: int, k: int, n: int, *, device: str, dtype: str = "float32",
     TorchScript loop, each step's input the sum of the last output's n/k column blocks (a
     recurrence that needs every output column): the step rate without Python's per-call
     dispatch, which a C++ loop (nn.LSTM) does not pay."""
-    from shared.study.worker import best_call_seconds
+    from shared.measure.timing import best_call_seconds
 
     tdt = torch_dtype(dtype)
     x = torch.randn(m, k, device=device, dtype=tdt)

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import plots
-from .runner import read_records
+from .records import read_records
 from .table import (
     PLAIN_NATIVE,
     ROOF_LIBS,
@@ -29,7 +29,7 @@ from .table import (
     write_csv,
 )
 from .machine import others_cpu
-from .worker import MAX_TIMED_CALLS
+from ..measure.timing import MAX_TIMED_CALLS
 
 QUIET_OTHERS_SHARE = 0.1  # other processes using more than a tenth of a CPU: the machine was not quiet
 
@@ -145,7 +145,7 @@ def _machine_section(res: Results) -> list[str]:
 
 def _workloads_section(res: Results) -> list[str]:
     """The sizes of every workload measured (sweeps aside), a user's own specs among them."""
-    from .workloads import Workload
+    from ..measure.workloads import Workload
 
     seen: dict[str, Workload] = {}
     for m in res.measurements:
@@ -319,7 +319,7 @@ def _first_call_section(res: Results) -> list[str]:
 def _threads_section(res: Results) -> list[str]:
     """The one-thread group: forward at 1 thread beside the same rung's forward at the run's
     threads, and the step GEMM's best rate at both, which is the reason for the difference."""
-    from .runner import ONE_THREAD_SUFFIX
+    from .planning import ONE_THREAD_SUFFIX
 
     rows = table_rows(res)
     one = [r for r in rows if r["group"] == "threads" and r["status"] == "ok"]

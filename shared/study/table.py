@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..measure.roof import ROOF_LIBS, derive_roof, merge_roof, roof_framework  # noqa: F401 (ROOF_LIBS: the report)
+
 NATIVE = "torch.native"
 
 
@@ -72,7 +74,7 @@ def pool_processes(records: list[dict]) -> list[dict]:
     """
     import statistics
 
-    from .runner import base_key
+    from .records import base_key
     from .stats import TARGET_HALF_WIDTH, pooled_ratio
 
     groups: dict[str, list[dict]] = {}
@@ -120,54 +122,6 @@ def pool_processes(records: list[dict]) -> list[dict]:
                 merged[k] = first[k]
         out.append(merged)
     return out
-
-
-# ---- the GEMM roof ---------------------------------------------------------------------
-# The GEMM libraries whose rates make each roof: a framework's own (torch: mm, oneDNN and its
-# chained loop; XLA: its dot and chained loop) and the machine's, every library of both.
-ROOF_LIBS = {"torch": ("mm", "onednn", "chain_torch"),
-             "xla": ("xla", "chain_xla"),
-             "machine": ("mm", "onednn", "chain_torch", "xla", "chain_xla")}
-
-
-def merge_roof(old: dict | None, new: dict) -> dict:
-    """Two measurements of one roof row (start and end of a run): each rate the better of
-    the two (a rate is a lower bound of what the library can do), and `roof_drift` the
-    largest relative change of a rate between them (the machine's state changed)."""
-    if old is None:
-        return dict(new, roof_passes=1, roof_drift=0.0)
-    merged = dict(old, roof_passes=old.get("roof_passes", 1) + 1)
-    for k, v in new.items():
-        if k.endswith("_gflops") and isinstance(v, (int, float)):
-            prev = old.get(k)
-            if isinstance(prev, (int, float)) and prev > 0 and v > 0:
-                merged["roof_drift"] = max(merged.get("roof_drift", 0.0), max(v, prev) / min(v, prev) - 1)
-            merged[k] = max(v, prev) if isinstance(prev, (int, float)) else v
-    return merged
-
-
-def derive_roof(row: dict) -> dict:
-    """The roofs of one (cell, workload): the best GEMM rate any of its GEMM shapes reached
-    with the libraries of each roof (`ROOF_LIBS`): no FLOP of any rung, forward or backward,
-    can run faster than that, so every rung is at or below 100% of it.
-
-    A tighter estimate (the recurrent FLOPs at the step shape's rate, the rest at the input
-    projection's) is beaten by a fused RNN kernel (oneDNN's, behind nn.LSTM; docs/study.md):
-    it is not a roof.  The step and input rates stay in the row, which is what shows a
-    workload latency-bound."""
-    out = dict(row)
-    for roof, libs in ROOF_LIBS.items():
-        rates = {f"{part} {lib}": row.get(f"{part}_{lib}_gflops") for part in ("step", "input") for lib in libs}
-        rates = {k: v for k, v in rates.items() if v}
-        best = max(rates, key=rates.get) if rates else None
-        out[f"roof_{roof}_gflops"] = rates[best] if best else None
-        out[f"roof_{roof}_from"] = best
-    return out
-
-
-def roof_framework(framework: str | None) -> str:
-    """Whose GEMM library a rung is judged against: XLA for JAX rungs, torch's otherwise."""
-    return "xla" if framework == "jax" else "torch"
 
 
 def _family(cell: str) -> str:
