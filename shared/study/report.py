@@ -8,9 +8,9 @@ from pathlib import Path
 
 from . import plots
 from .records import read_records
+from ..measure.roof import ROOF_LIBS
 from .table import (
     PLAIN_NATIVE,
-    ROOF_LIBS,
     Results,
     collect,
     custom_cell_rows,
