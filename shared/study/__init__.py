@@ -11,7 +11,8 @@ the measurements, keeps their records and writes the report:
 - `stats`: ratios with an interval, paired within a process and pooled over processes;
 - `merge`: records split by the machine they ran on, answers compared across machines;
 - `machine`: what the report says about this machine;
-- `table`, `formatting`, `plots`, `report`: the table, the figures and `report.md`;
+- `table` (a package: the records collected, the rows, the five tables), `formatting`, `plots`,
+  `report` (a package: report.md and its sections): what a run shows;
 - `cli`: `rnnbench compare`, `rnnbench ladder` and `rnnbench report`.
 
 Nothing here imports torch or jax: only the worker process does (`shared.measure.worker`);
