@@ -162,9 +162,10 @@ class JaxAdapter(BackendAdapter):
 
     # ---- benchmarks ---------------------------------------------------------------
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
-                      device: str = "cpu", seed: int = 0, lengths=None) -> "JaxWorkload":
+                      device: str = "cpu", seed: int = 0, lengths=None, checked: bool = False) -> "JaxWorkload":
         _enable_x64_if(dtype)
-        self.check(spec, lengths=lengths is not None, dtype=dtype, device=device, gradients=True)
+        if not checked:  # checked: the caller asked already (`shared.adapter.Adapter.make_workload`)
+            self.check(spec, lengths=lengths is not None, dtype=dtype, device=device, gradients=True)
         return JaxWorkload(self, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed,
                            lengths=lengths)
 

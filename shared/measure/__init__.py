@@ -14,7 +14,7 @@ GEMM rates).  Its modules, one idea each:
   a crash), and the record file both sides share (`write_json`);
 - `worker`: that process, `python -m shared.measure.worker {measure,roof,probe}`; its commands:
   `measurement` (one measurement: first calls, timed calls alone or paired with a baseline,
-  memory), `parity_check` (its parity column), `roof`'s
+  memory; `refusal`, its one capability ask), `parity_check` (its parity column), `roof`'s
   `measure_roof`, `probe` (which implementations run here).
 
 Nothing here imports torch or jax at module import time: the worker's commands reach a

@@ -1,7 +1,8 @@
 """One measurement, the worker's `measure` command: a rung's times, memory and parity on one workload.
 
-`measure`: check that the rung runs the configuration (a refused one is recorded "skipped"
-with the reason); build the workload; time the first forward and the first train step (trace + compile) separately; warm up; record
+`measure`: ask once whether the rung runs the configuration (`refusal`: a refused one is
+recorded "skipped" with the reason, and the build does not ask again); build the workload;
+time the first forward and the first train step (trace + compile) separately; warm up; record
 peak RSS (the rung alone: one process per measurement) and, on CUDA, peak device memory; then,
 with a `baseline` job (float32 nn.LSTM / nn.GRU of the same workload), build it too and time
 both alternately, pair by pair (`timing.time_pairs`: at least 5 pairs, on until `budget_s`),
@@ -79,9 +80,19 @@ def framework_of(job: dict):
                                                "kernel_isa", "kernel_choices")})
 
 
-def _make(adapter, spec, w: dict, dtype: str, device: str, seed: int, lengths):
+def refusal(adapter, spec, *, lengths: bool, dtype: str, device: str) -> str | None:
+    """A measurement's one capability ask: why the rung cannot run this configuration here (it
+    cannot run on `device`; or the declaration, with the gradient caveat, refuses it), the
+    reason a skipped record carries; None when it runs.  The build that follows does not ask
+    again (`make_workload(..., checked=True)`)."""
+    return adapter.unavailable_reason(device) or adapter.unsupported_reason(spec, lengths=lengths, dtype=dtype,
+                                                                           device=device)
+
+
+def _make(adapter, spec, w: dict, dtype: str, device: str, seed: int, lengths, *, checked: bool = False):
     return adapter.make_workload(spec, seq_len=w["seq_len"], batch=w["batch"], dtype=dtype, device=device,
-                                 seed=seed, **({} if lengths is None else {"lengths": lengths}))
+                                 seed=seed, **({} if lengths is None else {"lengths": lengths}),
+                                 **({"checked": True} if checked else {}))
 
 
 def measure(job: dict, result_path: str) -> dict:
@@ -104,8 +115,7 @@ def measure(job: dict, result_path: str) -> dict:
         workload = Workload.from_dict(w)
         spec = workload.spec(job["cell"])
         lengths = workload.lengths(job.get("seed", 0))
-        reason = adapter.unavailable_reason(device) or adapter.unsupported_reason(
-            spec, lengths=lengths is not None, dtype=dtype, device=device)
+        reason = refusal(adapter, spec, lengths=lengths is not None, dtype=dtype, device=device)
         if reason:
             save(status="skipped", reason=reason, phase="check")
             return rec
@@ -113,7 +123,7 @@ def measure(job: dict, result_path: str) -> dict:
              kernel_isa=fw.kernel_isa(device))
         fw.reset_peak_memory(device)
         t0 = time.perf_counter()
-        wl = _make(adapter, spec, w, dtype, device, job.get("seed", 0), lengths)
+        wl = _make(adapter, spec, w, dtype, device, job.get("seed", 0), lengths, checked=True)
         phases = job.get("phases", ("forward", "train"))
         forward, train = "forward" in phases, "train" in phases
         save(build_s=time.perf_counter() - t0, phase="first_forward" if forward else "first_train_step")

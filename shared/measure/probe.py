@@ -3,8 +3,8 @@
 The study asks here, in a worker process, so that its own process never imports a framework:
 for each implementation, why it cannot run on the device (or None), and for each cell and dtype
 of the study, why it cannot compute it (or None).  The study plans from the answer
-(`shared.study.runner.probe_availability`); each measurement still asks for its own
-configuration (`measurement.measure`).
+(`shared.study.runner.probe_availability`); each measurement still asks once more, for its own
+configuration (`measurement.refusal`).
 """
 
 from __future__ import annotations
