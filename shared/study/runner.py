@@ -1,12 +1,12 @@
 """The study here: one measurement after another, each in its own worker process.
 
 Every measurement runs in its own `python -m shared.measure.worker` process
-(`shared.measure.isolated.run_worker`), so that a crash, a hang (timeout) or a process tree that
-grows past the memory limit is recorded as a failure with its reason and the study goes on.
-The plan (`planning.plan`) runs in rounds of processes; its records are appended to `results.jsonl` as
-soon as they exist (`records`), so Ctrl-C or a crash of the study itself loses nothing, and
-`--resume` skips the keys already recorded.  `shared.study.run_study` chooses between this and
-the cluster (`cluster`).
+(`shared.measure.isolated.run_worker`), so that a crash, a hang (timeout) or a process tree
+that grows past the memory limit is recorded as a failure with its reason and the study goes
+on.  The plan (`planning.plan`) runs in rounds of processes; its records are appended to
+`results.jsonl` as soon as they exist (`records`), so Ctrl-C or a crash of the study itself
+loses nothing, and `--resume` skips the keys already recorded.  `shared.study.run_study`
+chooses between this and the cluster (`cluster`).
 """
 
 from __future__ import annotations

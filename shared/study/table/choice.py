@@ -7,7 +7,6 @@ from ..stats import compare
 from .results import Results
 from .rows import NATIVE, ratio_or_none, table_rows
 
-
 MODES = (("training", "train", "first_train_s"), ("inference", "forward", "first_forward_s"))
 
 

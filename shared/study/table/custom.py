@@ -11,7 +11,6 @@ from ..formatting import fmt, markdown_rows, rich_rows
 from .results import Results
 from .rows import NATIVE, plain_family, ratio_or_none, table_rows, to_ms
 
-
 PLAIN_NATIVE = {"lstm": "nn.LSTM", "gru": "nn.GRU"}
 
 

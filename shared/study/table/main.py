@@ -7,7 +7,6 @@ from pathlib import Path
 
 from ..formatting import fmt, fmt_ratio
 
-
 COLUMNS = [  # (header, key, kind)
     ("impl", "impl", "str"), ("cell", "cell", "str"), ("workload", "workload", "str"),
     ("fwd ms", "forward_ms", "ms"), ("fwd ×native", "forward_x_native", "x"),
