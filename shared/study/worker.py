@@ -18,7 +18,7 @@ __getattr__ = moved_names(__name__, "shared.study.worker", {
                                                   "framework_of", "measure")},
     **{name: f"{_CORE}.parity_check" for name in ("PARITY_CASES", "parity")},
     "roof_rows": f"{_CORE}.roof", "roof": f"{_CORE}.roof:measure_roof",
-    "probe": f"{_CORE}.probe",
+    "probe": f"{_CORE}.probe", "pin_threads": f"{_CORE}.threads",
     **{name: f"{_CORE}.worker" for name in ("COMMANDS", "main")},
 })
 

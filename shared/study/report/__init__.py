@@ -9,7 +9,9 @@ plots) and results.csv.  Its modules:
 - `sections`: first calls, threads, custom cells, precision, what to use, sanity, skipped.
 """
 
-from .context import answer_markdown, quiet_verdict
+from .context import QUIET_OTHERS_SHARE, answer_markdown, quiet_verdict
 from .document import write_report
+from .roof import JAX_TARGET_ROOF, JAX_TARGET_X_NATIVE, ROOF_DRIFT
 
-__all__ = ["answer_markdown", "quiet_verdict", "write_report"]
+__all__ = ["answer_markdown", "quiet_verdict", "write_report", "QUIET_OTHERS_SHARE", "ROOF_DRIFT",
+           "JAX_TARGET_X_NATIVE", "JAX_TARGET_ROOF"]
