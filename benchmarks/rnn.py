@@ -13,13 +13,18 @@ Suites (parametrized over implementation x cell x workload x dtype):
   overhead is nearly all of a step) and M50 (T=50,B=32,I=H=256, where the GEMMs dominate);
 - `RoofFraction.track_train_roof_fraction`: the same process's fwd+bwd time against its own
   framework's GEMM roof (torch's libraries for torch rungs, XLA's for JAX rungs), the GEMM
-  rates measured in setup (`shared.study.worker.roof_rows`, `shared.study.table.derive_roof`);
+  rates measured in setup (`shared.measure.roof.roof_rows`, `shared.measure.roof.derive_roof`);
   float32, the single-layer workloads (the roof needs one step GEMM);
 - `FirstCall.track_first_call_seconds`: first forward + first train step (trace +
-  compile) in a fresh process (`shared.study.worker`), so no cache of this process helps.
+  compile) in a fresh process (`shared.measure.worker`), so no cache of this process helps.
+
+The workloads, the thread settings, the roof and the worker process are the measurement core's
+(`shared.measure`), as in the study.  asv runs this suite against the project's history too
+(scripts/asv_history.py): in a commit older than the core (`CORE` False), each is imported from
+its place then, in `shared.study`.
 
 Environment:
-- RNNBENCH_PROFILE = quick | cpu (default) | gpu: the workloads (`shared.study.workloads`);
+- RNNBENCH_PROFILE = quick | cpu (default) | gpu: the workloads (`shared.measure.workloads`);
 - RNNBENCH_DEVICE = cpu | cuda (default cuda for the gpu profile, else cpu);
 - RNNBENCH_DTYPES: comma-separated precisions of `shared.precision` (default
   float32,bfloat16,amp_bfloat16; quick: float32,amp_bfloat16; gpu: adds float16, amp_float16);
@@ -59,8 +64,17 @@ except ImportError:  # an older commit (asv runs this suite against the project'
     def import_cell_modules():
         return []
 from shared.cells import CELL_DEFS, STANDARD_CELLS, get_cell
-from shared.study.threads import DEFAULT_THREADS, pin_threads
-from shared.study.workloads import QUICK, Workload, profile_from_env
+
+try:  # the measurement core
+    from shared.measure.threads import DEFAULT_THREADS, pin_threads
+    from shared.measure.workloads import QUICK, Workload, profile_from_env
+    CORE = True
+except ModuleNotFoundError as e:  # an older commit (asv runs this suite against the project's history): in the study
+    if e.name != "shared.measure":
+        raise
+    from shared.study.threads import DEFAULT_THREADS, pin_threads
+    from shared.study.workloads import QUICK, Workload, profile_from_env
+    CORE = False
 
 PROFILE, WORKLOADS = profile_from_env()
 DEVICE = os.environ.get("RNNBENCH_DEVICE") or ("cuda" if PROFILE == "gpu" else "cpu")
@@ -131,8 +145,9 @@ def _check(impl: str, cell: str, workload: str, dtype: str):
 def _build(impl: str, cell: str, workload: str, dtype: str):
     adapter, w, spec = _check(impl, cell, workload, dtype)
     lengths = w.lengths(0) if hasattr(w, "lengths") else None
+    # _check asked: the build does not ask again (an older commit's make_workload asks itself)
     wl = _older_api(adapter.make_workload, spec, seq_len=w.seq_len, batch=w.batch, dtype=dtype, device=DEVICE,
-                    seed=0, **({} if lengths is None else {"lengths": lengths}))
+                    seed=0, checked=True, **({} if lengths is None else {"lengths": lengths}))
     for _ in range(2):  # first calls trace / compile; the second settles caches
         wl.forward()
         wl.train_step()
@@ -271,8 +286,11 @@ class RoofFraction:
     number = 1
 
     def setup(self, impl, cell, workload, dtype):
-        from shared.study.table import derive_roof, roof_framework
-        from shared.study.worker import roof_rows
+        if CORE:
+            from shared.measure.roof import derive_roof, roof_framework, roof_rows
+        else:  # an older commit
+            from shared.study.table import derive_roof, roof_framework
+            from shared.study.worker import roof_rows
 
         self.rung = _build(impl, cell, workload, dtype)
         fw = _row(impl).framework
@@ -314,7 +332,10 @@ class FirstCall:
             raise NotImplementedError(reason)
 
     def track_first_call_seconds(self, impl, cell, workload, dtype):
-        from shared.study.runner import run_worker
+        if CORE:
+            from shared.measure.isolated import run_worker
+        else:  # an older commit
+            from shared.study.runner import run_worker
 
         row = _row(impl)
         w = _BY_NAME[workload]

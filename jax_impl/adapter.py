@@ -162,9 +162,10 @@ class JaxAdapter(BackendAdapter):
 
     # ---- benchmarks ---------------------------------------------------------------
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
-                      device: str = "cpu", seed: int = 0, lengths=None) -> "JaxWorkload":
+                      device: str = "cpu", seed: int = 0, lengths=None, checked: bool = False) -> "JaxWorkload":
         _enable_x64_if(dtype)
-        self.check(spec, lengths=lengths is not None, dtype=dtype, device=device, gradients=True)
+        if not checked:  # checked: the caller asked already (`shared.adapter.Adapter.make_workload`)
+            self.check(spec, lengths=lengths is not None, dtype=dtype, device=device, gradients=True)
         return JaxWorkload(self, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed,
                            lengths=lengths)
 
@@ -234,7 +235,7 @@ def set_threads(threads: int) -> None:
 
     XLA:CPU sizes its thread pools from the environment when JAX's CPU backend starts
     (`XLA_FLAGS=--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads=N` and the
-    CPU affinity, which `shared.study.threads.pin_threads` sets before JAX is imported);
+    CPU affinity, which `shared.measure.threads.pin_threads` sets before JAX is imported);
     there is no call that resizes them afterwards.  So this can only check and record: it
     warns when `XLA_FLAGS` names another count, and keeps `threads` in `recorded_threads`.
     """
@@ -243,7 +244,7 @@ def set_threads(threads: int) -> None:
     match = _XLA_THREADS.search(os.environ.get("XLA_FLAGS", ""))
     if match is not None and int(match.group(1)) != threads:
         warnings.warn(f"XLA_FLAGS sets intra_op_parallelism_threads={match.group(1)}, not {threads}: XLA's "
-                      f"pools are sized from the environment before JAX starts (shared.study.threads.pin_threads)",
+                      f"pools are sized from the environment before JAX starts (shared.measure.threads.pin_threads)",
                       RuntimeWarning, stacklevel=2)
     global recorded_threads
     recorded_threads = threads
@@ -267,11 +268,11 @@ def peak_memory_bytes(device: str) -> int | None:
 
 
 def _best_call_seconds(fn, min_time: float) -> float:
-    """The study's best-of-windows timing (`shared.study.worker.best_call_seconds`), waiting
+    """The measurement core's best-of-windows timing (`shared.measure.timing.best_call_seconds`), waiting
     for the device (`block_until_ready` on the last result) at the end of each chunk."""
     import jax
 
-    from shared.study.worker import best_call_seconds
+    from shared.measure.timing import best_call_seconds
 
     last = [None]
 

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 
-from shared.study.workloads import all_named  # noqa: E402
+from shared.measure.workloads import all_named  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = {name: (w.seq_len, w.batch, w.input_size, w.hidden_size)  # name: (T, B, I, H)

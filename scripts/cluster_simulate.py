@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from shared.study.cluster import SLOT, Driver  # noqa: E402
 from shared.study.merge import machine_groups  # noqa: E402
-from shared.study.runner import StudyConfig, base_key, process_key, read_records  # noqa: E402
+from shared.study.planning import StudyConfig  # noqa: E402
+from shared.study.records import base_key, process_key, read_records  # noqa: E402
 
 
 class _Ref:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shared.study.threads import DEFAULT_THREADS, pin_threads  # noqa: E402
+from shared.measure.threads import DEFAULT_THREADS, pin_threads  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     pin_threads(args.threads)
     from shared import registry
-    from shared.study.workloads import resolve
+    from shared.measure.workloads import resolve
 
     w = resolve(args.workload)[0]
     spec = w.spec(args.cell)

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.study.runner import read_records  # noqa: E402
+from shared.study.records import read_records  # noqa: E402
 from shared.study.stats import pair_ratios, percentile_interval, pooled_ratio  # noqa: E402
 
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from shared.cells import CUSTOM_CELLS, STANDARD_CELLS  # noqa: E402
-from shared.study.workloads import all_named  # noqa: E402
+from shared.measure.workloads import all_named  # noqa: E402
 
 _S1 = all_named()["S1"]
 S1 = dict(seq_len=_S1.seq_len, batch=_S1.batch, input_size=_S1.input_size, hidden_size=_S1.hidden_size)

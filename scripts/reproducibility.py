@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from shared import registry  # noqa: E402
-from shared.study.runner import read_records  # noqa: E402
+from shared.study.records import read_records  # noqa: E402
 from shared.study.table import collect, table_rows  # noqa: E402
 
 MAX_OVER_MIN = 1.10

@@ -94,7 +94,7 @@ def cmd_structure(args) -> dict:
     import torch
 
     from shared.spec import RNNSpec
-    from shared.study.workloads import resolve
+    from shared.measure.workloads import resolve
     from torch._inductor.utils import run_and_get_code
     from torch_impl.adapter import build_module
     from shared.params import init_params
@@ -142,11 +142,11 @@ def cmd_structure(args) -> dict:
 _KERNELS_CHILD = r"""
 import json, sys
 sys.path.insert(0, {root!r})
-from shared.study.threads import pin_threads
+from shared.measure.threads import pin_threads
 pin_threads({threads})
 import torch
 from shared import registry
-from shared.study.workloads import resolve
+from shared.measure.workloads import resolve
 from torch.profiler import ProfilerActivity, profile
 
 w = resolve({workload!r})[0]

@@ -64,8 +64,11 @@ class Adapter(Protocol):
         """Run forward (and backward with cotangents); see the module docstring."""
 
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
-                      device: str = "cpu", seed: int = 0) -> Workload:
-        """Build a timed workload: random inputs and canonical parameters from `seed`."""
+                      device: str = "cpu", seed: int = 0, lengths=None, checked: bool = False) -> Workload:
+        """Build a timed workload: random inputs and canonical parameters from `seed` (`lengths`:
+        a packed batch of those lengths).  It asks the capability check first and raises its
+        refusal (`BackendAdapter.check`), unless `checked`: the caller asked already, once, and
+        recorded a refusal itself (the study's worker, `shared.measure.measurement.refusal`; asv)."""
 
 
 class BackendAdapter:
@@ -95,10 +98,11 @@ class BackendAdapter:
                 or self.backends.gradient_reason(self.key, spec))
 
     def check(self, spec: RNNSpec, *, lengths: bool, dtype: str, device: str, gradients: bool = False) -> None:
-        """A measurement's one ask (`run_case`, `make_workload`): `BackendUnavailableError` or
-        `UnsupportedConfigError` (a ValueError) with the reason, or nothing.  With `gradients`
-        (a workload's train step) the gradient caveat counts too; `run_case` leaves it to its
-        caller (`unsupported_reason`), so that a rung is still compared where it runs."""
+        """A measurement's one ask (`run_case`, `make_workload` unless its caller asked already):
+        `BackendUnavailableError` or `UnsupportedConfigError` (a ValueError) with the reason, or
+        nothing.  With `gradients` (a workload's train step) the gradient caveat counts too;
+        `run_case` leaves it to its caller (`unsupported_reason`), so that a rung is still
+        compared where it runs."""
         reason = self.unavailable_reason(device)
         if reason is not None:
             raise BackendUnavailableError(f"{self.name} cannot run on {device}: {reason}")

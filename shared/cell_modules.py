@@ -4,7 +4,7 @@ A cell registered at run time (`shared.cells.register_cell`,
 `shared.reference.register_cell_step`, `torch_impl.register_cell`,
 `jax_impl.register_cell`; see docs/own-cell.md) exists only in the process
 that registered it.  The study measures every implementation x cell x workload in its own
-subprocess (`shared.study.worker`), and asv runs its suites (`benchmarks/rnn.py`) in
+subprocess (`shared.measure.worker`), and asv runs its suites (`benchmarks/rnn.py`) in
 processes of its own, so they cannot see it.  Put the registration in a module, at import
 time, and name the module in
 

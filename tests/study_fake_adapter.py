@@ -84,7 +84,8 @@ class FakeAdapter:
             out = {k: np.asarray(v) + 1e-3 for k, v in out.items()}
         return out
 
-    def make_workload(self, spec, *, seq_len, batch, dtype="float32", device="cpu", seed=0, lengths=None):
+    def make_workload(self, spec, *, seq_len, batch, dtype="float32", device="cpu", seed=0, lengths=None,
+                      checked=False):
         custom = 2.0 if spec.cell not in ("lstm", "gru") else 1.0
         return FakeWorkload(self.key, (3.0 if self.key == "slow" else 1.0) * custom)
 

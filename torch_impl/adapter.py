@@ -112,8 +112,9 @@ class TorchAdapter(BackendAdapter):
         return out
 
     def make_workload(self, spec: RNNSpec, *, seq_len: int, batch: int, dtype: str = "float32",
-                      device: str = "cpu", seed: int = 0, lengths=None) -> "TorchWorkload":
-        self.check(spec, lengths=lengths is not None, dtype=dtype, device=device, gradients=True)
+                      device: str = "cpu", seed: int = 0, lengths=None, checked: bool = False) -> "TorchWorkload":
+        if not checked:  # checked: the caller asked already (`shared.adapter.Adapter.make_workload`)
+            self.check(spec, lengths=lengths is not None, dtype=dtype, device=device, gradients=True)
         return TorchWorkload(self.key, spec, seq_len=seq_len, batch=batch, dtype=dtype, device=device, seed=seed,
                              lengths=lengths, backend_options=self.options)
 
@@ -203,7 +204,7 @@ def gemm_gflops(m: int, k: int, n: int, *, device: str, dtype: str = "float32",
     TorchScript loop, each step's input the sum of the last output's n/k column blocks (a
     recurrence that needs every output column): the step rate without Python's per-call
     dispatch, which a C++ loop (nn.LSTM) does not pay."""
-    from shared.study.worker import best_call_seconds
+    from shared.measure.timing import best_call_seconds
 
     tdt = torch_dtype(dtype)
     x = torch.randn(m, k, device=device, dtype=tdt)

@@ -18,7 +18,7 @@ code (fenced or inline) is the syntax shown, not a figure; a marker that opens a
 Keys. PHASE is `forward` or `train` (forward+backward); DTYPE is a precision name, `float32` when
 left out; ROOF is `machine` (every GEMM library of both frameworks, the default), `torch`, `xla`,
 `own` (the rung's own framework's; `fraction` only) or one library (`mm`, `onednn`, `chain_torch`,
-`chain_xla`: `study.table.ROOF_LIBS`; `xla` is XLA's roof, its dot and chained loop together);
+`chain_xla`: `shared.measure.roof.ROOF_LIBS`; `xla` is XLA's roof, its dot and chained loop together);
 SHAPE is `step` or `input` (one GEMM shape).
 `study:` keys read the committed study records, `docs/study/results.jsonl`, through the study's own
 table code (`shared.study.table`):

@@ -24,7 +24,7 @@ class Study:
     """One results file read once through the study's table code."""
 
     def __init__(self, path: Path):
-        from ..study.runner import read_records
+        from ..study.records import read_records
         from ..study.table import collect
 
         self.path = Path(path)
@@ -82,7 +82,7 @@ class Study:
         return f"{_fmt(self.value(self.row(impl, cell, workload), f'gflops_{phase}', 'GFLOP/s'), 'g')} GFLOP/s"
 
     def fraction(self, impl, cell, workload, phase, roof="machine") -> str:
-        from ..study.table import roof_framework
+        from ..measure.roof import roof_framework
 
         _phase(phase)
         row = self.row(impl, cell, workload)
@@ -94,7 +94,7 @@ class Study:
         return f"{_fmt(self._roof_rate(cell, workload, roof, shape), 'g')} GFLOP/s"
 
     def _roof_rate(self, cell, workload, roof, shape=None) -> float:
-        from ..study.table import ROOF_LIBS
+        from ..measure.roof import ROOF_LIBS
 
         libs = ROOF_LIBS.get(roof) or ((roof,) if roof in ROOF_LIBS["machine"] else None)
         if libs is None:

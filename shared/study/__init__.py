@@ -1,17 +1,23 @@
 """The comparative study: implementation x cell x workload, measured side by side.
 
-- `workloads`: the reference workloads (S1, S2, S3, the quick and GPU profiles, the sweeps),
-  shared with the asv suites in `benchmarks/`;
-- `worker`: one measurement in its own process (`python -m shared.study.worker`);
-- `runner`: runs the jobs in subprocesses with a timeout and appends JSON lines;
+Each measurement is made by the measurement core (`shared.measure`: the workloads, the thread
+settings, timing, the GEMM roof, the worker process and its isolated runner); the study plans
+the measurements, keeps their records and writes the report:
+
+- `planning`: `StudyConfig` and the measurement jobs (groups, baselines, the roof's items);
+- `records`: the results file (JSON lines) and the records written into it;
+- `runner`: runs the plan here, one worker process after another (`run_local_study`);
 - `cluster`: the same jobs as tasks on a Ray cluster, one per measurement slot (`--cluster`);
+- `stats`: ratios with an interval, paired within a process and pooled over processes;
 - `merge`: records split by the machine they ran on, answers compared across machines;
 - `machine`: what the report says about this machine;
-- `table`, `plots`, `report`: the table, the figures and `report.md`;
+- `table` (a package: the records collected, the rows, the five tables), `formatting`, `plots`,
+  `report` (a package: report.md and its sections): what a run shows;
 - `cli`: `rnnbench compare`, `rnnbench ladder` and `rnnbench report`.
 
-Nothing here imports torch or jax at module import time: only the worker does, inside
-its own subprocess; only `cluster`'s functions import ray.
+Nothing here imports torch or jax: only the worker process does (`shared.measure.worker`);
+only `cluster`'s functions import ray.  `workloads`, `threads` and `worker` here are the
+measurement core's earlier places, which still import with a `DeprecationWarning`.
 """
 
 

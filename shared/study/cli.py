@@ -10,8 +10,8 @@ from pathlib import Path
 from .. import cell_modules, precision, registry
 from ..cells import CELL_DEFS, STANDARD_CELLS
 from ..spec import CELLS
-from .threads import DEFAULT_THREADS
-from .workloads import SPEC_EXAMPLE, SWEEP_LEVELS, resolve
+from ..measure.threads import DEFAULT_THREADS
+from ..measure.workloads import SPEC_EXAMPLE, SWEEP_LEVELS, resolve
 
 DEFAULT_WORKLOADS = "S1,S2"
 FIRST_CALL_WORKLOADS = "T100,T1000"  # the T sweep's sizes (B=16, I=H=128): only T differs
@@ -244,7 +244,7 @@ def _or_profile(value, name: str, profile: str = "answer"):
 
 
 def _config(args, out: Path, **overrides):
-    from .runner import DEFAULT_SWEEP_IMPLS, StudyConfig
+    from .planning import DEFAULT_SWEEP_IMPLS, StudyConfig
 
     kw = dict(out=out, impls=args.impls, device=args.device, dtype=args.dtype, threads=args.threads,
               precisions=args.precisions if args.precisions is not None else [],
@@ -293,7 +293,8 @@ def _run_or_explain(config, progress: bool):
 def cmd_compare(args) -> int:
     from .merge import machine_groups
     from .report import write_report
-    from .runner import DEFAULT_SWEEP_IMPLS, read_records
+    from .planning import DEFAULT_SWEEP_IMPLS
+    from .records import read_records
     from .table import collect, custom_cell_rows, custom_rich, precision_rich, precision_rows, rich_table, table_rows
 
     _load_cell_modules(args)
@@ -406,7 +407,7 @@ def cmd_report(args) -> int:
 def cmd_ladder(args) -> int:
     from .merge import machine_groups
     from .plots import plot_ladder
-    from .runner import read_records
+    from .records import read_records
     from .table import collect, ladder, ladder_markdown, ladder_rich
 
     _load_cell_modules(args)

@@ -5,9 +5,9 @@ the unit of scheduling is a *measurement slot*: a Ray custom resource, `rnnbench
 each node advertises when it joins (`ray start ... --resources '{"rnnbench_slot": 1}'`): one
 on a CPU node (a measurement has the node alone), one per GPU on a GPU node (the node's cores
 split evenly between its slots, each measurement pinned to its share, which its record names).
-Every task that measures takes one slot and runs the local runner's worker subprocess
-(`runner.run_worker`): the same isolation and the same record, plus the machine it ran on
-(`machine.record_machine`), the node, the slot, its cores, and its start and end times.
+Every task that measures takes one slot and runs the worker subprocess the local runner runs
+(`shared.measure.isolated.run_worker`): the same isolation and the same record, plus the machine
+it ran on (`machine.record_machine`), the node, the slot, its cores, and its start and end times.
 
 The driver (this process) schedules.  It asks every node what machine it is (a task on the
 node), groups nodes into machine classes (`machine.machine_class`), probes the implementations
@@ -32,27 +32,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .runner import (
-    FINAL_STATUSES,
-    StudyConfig,
-    _now,
+from ..measure.isolated import FINAL_STATUSES
+from .planning import StudyConfig, plan, probe_items, roof_job, roof_pairs, roof_timeout, study_names
+from .records import (
     append_record,
     base_key,
     is_done,
     measurement_record,
     meta_record,
+    now,
     open_results,
-    plan,
-    probe_items,
     process_key,
-    progress_bar,
-    roof_job,
     roof_key,
-    roof_pairs,
     roof_records,
-    roof_timeout,
-    study_names,
 )
+from .runner import progress_bar
 
 SLOT = "rnnbench_slot"
 REFRESH_S = 5.0  # how often the driver looks for nodes that died or joined
@@ -104,7 +98,7 @@ def measure_on_node(command: str, job: dict, options: dict) -> dict:
     under the node's share of memory, with a compile cache of this node and study."""
     import ray
 
-    from .runner import run_worker
+    from ..measure.isolated import run_worker
 
     cpus = options.get("cpus")
     tie = _die_with_parent()
@@ -589,7 +583,7 @@ class Driver:
                 if time.monotonic() - last_refresh > REFRESH_S:
                     self.refresh()
                     last_refresh = time.monotonic()
-        append_record(self.results, dict(kind="end", run_id=self.run_id, finished=_now(), nodes={
+        append_record(self.results, dict(kind="end", run_id=self.run_id, finished=now(), nodes={
             n.node_id: dict(host=n.host, machine_class=n.machine_class, alive=n.alive) for n in self.nodes.values()}))
         return self.results
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .machine import machine_class, machine_label
-from .runner import read_records
+from .records import read_records
 
 
 @dataclass

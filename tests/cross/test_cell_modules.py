@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from shared import cell_modules
-from shared.study.runner import read_records, run_worker
+from shared.measure.isolated import run_worker
+from shared.study.records import read_records
 
 TESTS = Path(__file__).resolve().parents[1]  # where own_cell_module.py lives
 ROOT = TESTS.parent

@@ -127,6 +127,31 @@ def test_no_import_cycle(package):
             assert not any(m.startswith(f"{package}.backends") for m in graph[name]), (name, graph[name])
 
 
+# The measurement core's earlier places (shared/deprecation.py): for users and scripts only.
+EARLIER_CORE = {"shared.study.workloads", "shared.study.threads", "shared.study.worker"}
+
+
+def test_the_measurement_core_sits_below_the_study():
+    """`shared.measure` (timing, workloads, threads, the roof, the worker and its isolated runner)
+    serves the study, asv and the adapters: it imports nothing of the study but the per-process
+    ratio estimate its records carry (`shared.study.stats`, which imports nothing of rnnbench),
+    and nothing in rnnbench imports the core's earlier places in the study."""
+    graph = _import_graph("shared")
+    core = {name: edges for name, edges in graph.items() if name.startswith("shared.measure")}
+    assert {"shared.measure.timing", "shared.measure.worker", "shared.measure.isolated"} <= set(core)
+    for name, edges in core.items():
+        study = {e for e in edges if e.startswith("shared.study")}
+        assert study <= {"shared.study.stats"}, f"{name} imports the study: {sorted(study)}"
+    assert not graph["shared.study.stats"], graph["shared.study.stats"]
+    for name, edges in graph.items():
+        assert not edges & EARLIER_CORE, f"{name} imports {sorted(edges & EARLIER_CORE)}: use shared.measure"
+    for package in PACKAGES:  # the adapters time their GEMMs with the core, never through the study
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and not node.level:
+                    assert not (node.module or "").startswith("shared.study"), f"{path}:{node.lineno} imports the study"
+
+
 def test_the_cycle_check_sees_imports_inside_functions():
     graph = {"p.a": {"p.b"}, "p.b": {"p.a"}}
     assert _cycle(graph) == ["p.a", "p.b", "p.a"]

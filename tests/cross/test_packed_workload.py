@@ -11,7 +11,7 @@ import pytest
 
 from shared import reference
 from shared.params import init_params
-from shared.study import workloads
+from shared.measure import workloads
 from shared.tolerances import tolerance
 
 TINY = workloads.Workload("tiny-packed", seq_len=6, batch=3, input_size=4, hidden_size=5, num_layers=2,

@@ -25,9 +25,10 @@ ray = pytest.importorskip("ray")
 
 from shared import registry  # noqa: E402
 from shared.registry import Implementation  # noqa: E402
-from shared.study import workloads  # noqa: E402
+from shared.measure import workloads  # noqa: E402
 from shared.study import run_study  # noqa: E402
-from shared.study.runner import StudyConfig, read_records  # noqa: E402
+from shared.study.planning import StudyConfig  # noqa: E402
+from shared.study.records import read_records  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
@@ -132,9 +133,9 @@ import sys
 sys.path[:0] = [{tests!r}, {root!r}]
 from shared import registry
 from shared.registry import Implementation
-from shared.study import workloads
+from shared.measure import workloads
 from shared.study import run_study  # noqa: E402
-from shared.study.runner import StudyConfig
+from shared.study.planning import StudyConfig
 rows = [Implementation("torch.native", "fake native", 6, adapter_path={fake!r})]
 rows += [Implementation(f"fake.{{k}}", f"fake {{k}}", i, adapter_path={fake!r}) for i, k in enumerate({fakes!r})]
 registry._ROWS, registry.REGISTRY = rows, {{r.name: r for r in rows}}

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from shared.study import workloads  # noqa: E402
+from shared.measure import workloads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("cluster_simulate", ROOT / "scripts" / "cluster_simulate.py")
@@ -87,12 +87,12 @@ def replay(tmp_path, ray, previous=()):
     config.resume = bool(previous)
     driver = cluster_simulate.Replay(run, config, out / "results.jsonl", list(previous), ["a", "b"],
                                      lambda *a: None, False, ray=ray)
-    from shared.study.runner import read_records
+    from shared.study.records import read_records
     return read_records(driver.run())
 
 
 def test_a_lost_task_is_measured_again_once_on_another_node_then_recorded_failed_and_resumed(tmp_path):
-    from shared.study.runner import read_records
+    from shared.study.records import read_records
 
     recorded_run(tmp_path, {"a": (1, 1), "b": (1, 1)})
     run = cluster_simulate.Recorded(tmp_path / "results.jsonl")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.study import workloads
+from shared.measure import workloads
 from shared.study.machine import machine_class
 from shared.study.merge import cross_machine, machine_groups
 from shared.study.report import write_report

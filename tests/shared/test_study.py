@@ -21,12 +21,14 @@ from shared import precision, registry
 from shared.capabilities import Capabilities
 from shared.cells import STANDARD_CELLS
 from shared.registry import Implementation
-from shared.study import runner, workloads
+from shared.measure import threads, workloads
+from shared.measure.timing import summarize, time_calls
+from shared.study import planning
 from shared.study.report import write_report
 from shared.study import run_study
-from shared.study.runner import StudyConfig, read_records
+from shared.study.planning import StudyConfig
+from shared.study.records import read_records
 from shared.study.table import collect, ladder, table_rows
-from shared.study.worker import summarize, time_calls
 
 TESTS = Path(__file__).resolve().parents[1]  # where study_fake_adapter.py lives
 ROOT = TESTS.parent
@@ -275,7 +277,7 @@ def test_custom_cells_are_planned_forward_backward_on_the_first_workload(tmp_pat
     config = StudyConfig(out=tmp_path, cells=["lstm", "gru"], custom_cells=["ln_lstm", "gru_reset_before"],
                          workloads=workloads.resolve("S1,S2"))
     impls = ["torch.native", "fake.slow"]  # rows of the registry as the module's studies left it
-    jobs = runner.plan(config, impls)
+    jobs = planning.plan(config, impls)
     custom = [j for j in jobs if j["group"] == "custom"]
     assert {(j["cell"], j["workload_name"], j["impl"]) for j in custom} == {
         (c, "S1", i) for c in ("ln_lstm", "gru_reset_before") for i in impls}
@@ -285,7 +287,7 @@ def test_custom_cells_are_planned_forward_backward_on_the_first_workload(tmp_pat
     assert [(j["group"], j["cell"]) for j in jobs] == (
         [("main", "lstm")] * 4 + [("custom", "ln_lstm")] * 2 + [("main", "gru")] * 4 + [("custom", "gru_reset_before")] * 2)
     config.custom_workloads = workloads.resolve("S2")
-    assert {j["workload_name"] for j in runner.plan(config, impls) if j["group"] == "custom"} == {"S2"}
+    assert {j["workload_name"] for j in planning.plan(config, impls) if j["group"] == "custom"} == {"S2"}
 
 
 def test_custom_cells_are_timed_forward_backward_only(custom_study):
@@ -378,11 +380,11 @@ def test_cli_rejects_an_unknown_implementation():
 
 
 def test_threads_and_subprocess_isolation_settings():
-    env = runner.thread_env(3)
+    env = threads.thread_env(3)
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3"
     assert "intra_op_parallelism_threads=3" in env["XLA_FLAGS"]
     with pytest.raises(ValueError, match="threads"):
-        runner.thread_env(0)
+        threads.thread_env(0)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_impl.adapter") is None,
@@ -427,8 +429,10 @@ def test_real_end_to_end_quick_run(tmp_path):
 
 def test_study_modules_import_no_framework():
     code = ("import sys\n"
-            "import shared.study.cli, shared.study.runner, shared.study.report, shared.study.worker, "
-            "shared.study.workloads, shared.study.plots, shared.study.table, shared.study.machine\n"
+            "import shared.study.cli, shared.study.runner, shared.study.report, shared.study.cluster, "
+            "shared.study.planning, shared.study.records, shared.study.plots, shared.study.table, "
+            "shared.study.machine, shared.measure.worker, shared.measure.workloads, shared.measure.roof, "
+            "shared.measure.isolated\n"
             "heavy = [m for m in ('torch', 'jax', 'flax', 'matplotlib') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -437,7 +441,7 @@ def test_study_modules_import_no_framework():
 
 def test_the_worker_saves_the_median_and_iqr_of_its_timed_calls(monkeypatch, tmp_path):
     """What `measure` saves is the median (not the min, not the mean) of the samples, and their IQR."""
-    from shared.study import worker
+    from shared.measure import measurement
     monkeypatch.syspath_prepend(str(TESTS))
     samples = {"forward": [0.5, 0.1, 0.2], "train": [1.0, 3.0, 2.0, 10.0]}
     calls = []
@@ -446,12 +450,12 @@ def test_the_worker_saves_the_median_and_iqr_of_its_timed_calls(monkeypatch, tmp
         calls.append(fn.__name__)
         return list(samples["forward" if fn.__name__ == "forward" else "train"])
 
-    monkeypatch.setattr(worker, "time_calls", fake_time_calls)
+    monkeypatch.setattr(measurement, "time_calls", fake_time_calls)
     w = workloads.resolve("quick")[0]
     job = dict(impl="fake.native", adapter_key="native", adapter_path=FAKE, cell="lstm", workload=w.to_dict(),
                workload_name=w.name, device="cpu", dtype="float32", threads=1, repeats=3, budget_s=1.0, warmup=0,
                parity=False, seed=0, phases=["forward", "train"])
-    rec = worker.measure(job, str(tmp_path / "rec.json"))
+    rec = measurement.measure(job, str(tmp_path / "rec.json"))
     assert rec["status"] == "ok", rec.get("reason")
     assert calls == ["forward", "train_step"]
     assert rec["forward_s"] == 0.2 and rec["forward_n"] == 3
@@ -577,7 +581,7 @@ def test_a_users_own_model_is_measured_and_reported_like_a_built_in_workload(fak
 # ---- the roof ----------------------------------------------------------------------------
 
 def test_the_roof_is_the_best_rate_of_any_shape_and_keeps_the_better_of_two_passes():
-    from shared.study.table import derive_roof, merge_roof
+    from shared.measure.roof import derive_roof, merge_roof
     start = dict(cell="lstm", workload="w", step_shape=[2, 8, 32], input_shape=[20, 4, 32], seq_len=10,
                  flops_forward=20_000, step_mm_gflops=1.0, step_onednn_gflops=0.5, step_chain_torch_gflops=2.0,
                  input_mm_gflops=8.0, input_onednn_gflops=4.0, step_xla_gflops=1.0, step_chain_xla_gflops=12.0,
@@ -594,10 +598,10 @@ def test_the_roof_is_the_best_rate_of_any_shape_and_keeps_the_better_of_two_pass
 
 def test_one_thread_rows_are_planned_forward_only_with_their_own_name(fake_registry, monkeypatch, tmp_path):
     names = fake_registry("slow", "crash")
-    monkeypatch.setattr(runner, "ONE_THREAD_IMPLS", ("torch.native", "fake.slow"))
+    monkeypatch.setattr(planning, "ONE_THREAD_IMPLS", ("torch.native", "fake.slow"))
     s2 = workloads.resolve("S2")[0]
     config = StudyConfig(out=tmp_path, workloads=[s2], one_thread_workloads=[s2], threads=2)
-    jobs = [j for j in runner.plan(config, names) if j["group"] == "threads"]
+    jobs = [j for j in planning.plan(config, names) if j["group"] == "threads"]
     assert {j["impl"] for j in jobs} == {"torch.native", "fake.slow"}
     assert {j["workload_name"] for j in jobs} == {"S2@1t"} and {j["cell"] for j in jobs} == {"lstm"}
     assert {j["threads"] for j in jobs} == {1} and all(j["phases"] == ["forward"] for j in jobs)
@@ -606,11 +610,11 @@ def test_one_thread_rows_are_planned_forward_only_with_their_own_name(fake_regis
 def test_first_call_rows_are_planned_for_the_compiled_rungs_and_reported_cold_and_warm(fake_registry, monkeypatch,
                                                                                        tmp_path):
     names = fake_registry("slow", "crash")
-    monkeypatch.setattr(runner, "FIRST_CALL_IMPLS", ("fake.slow",))
+    monkeypatch.setattr(planning, "FIRST_CALL_IMPLS", ("fake.slow",))
     t100, t1000 = workloads.resolve("T100,T1000")
     assert (t100.batch, t100.input_size, t100.hidden_size) == (t1000.batch, t1000.input_size, t1000.hidden_size)
     config = StudyConfig(out=tmp_path, workloads=workloads.resolve("S2"), first_call_workloads=[t100, t1000])
-    jobs = [j for j in runner.plan(config, names) if j["group"] == "first-call"]
+    jobs = [j for j in planning.plan(config, names) if j["group"] == "first-call"]
     assert [(j["impl"], j["workload_name"]) for j in jobs] == [("fake.slow", "T100"), ("fake.slow", "T1000")]
     assert all(j["phases"] == ["forward", "train"] and j["cell"] == "lstm" for j in jobs)
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.study import workloads
-from shared.study.workloads import Workload, WorkloadSpecError, parse_spec, resolve
+from shared.measure import workloads
+from shared.measure.workloads import Workload, WorkloadSpecError, parse_spec, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 
