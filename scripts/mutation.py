@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.90
 PACKAGES = ["shared", "torch_impl", "jax_impl"]  # copied into mutants/ (the module imports its neighbours)
+ALSO_COPY = ["scripts"]  # beside tests/: some tests load a script
 
 # module -> the tests that judge its mutants (the ones that exercise it directly). mutmut runs, per
 # mutant, only those of these tests that call the mutated function.
@@ -87,6 +88,7 @@ def config(module: str, tests: list[str], deselect: str | None, timeout_multipli
     return ("\n[tool.mutmut]\n"
             f"source_paths = {json.dumps(PACKAGES)}\n"
             f"only_mutate = {json.dumps([module])}\n"
+            f"also_copy = {json.dumps(ALSO_COPY)}\n"
             f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
             f"pytest_add_cli_args = {json.dumps(args)}\n"
             f"timeout_multiplier = {timeout_multiplier}\n"

@@ -107,28 +107,27 @@ def _script(name: str):
 
 
 def test_mutation_summary_counts_outcomes_and_lists_each_survivor():
-    import json
-
     mutation = _script("mutation")
 
-    def line(outcome, worker="normal", pos=(3, 4)):
-        item = {"job_id": "j", "mutations": [{"module_path": "m.py", "operator_name": "core/NumberReplacer",
-                                              "occurrence": 1, "start_pos": list(pos), "end_pos": [pos[0], 9]}]}
-        result = None if outcome is None else {"worker_outcome": worker, "output": "", "test_outcome": outcome,
-                                               "diff": "-a\n+b"}
-        return json.dumps([item, result])
-
-    dump = "\n".join([line("killed"), line("killed"), line("killed"), line("survived", pos=(7, 0)),
-                      line("incompetent", worker="exception"), line(None)])
-    got = mutation.summarize(dump)
-    assert (got["mutants"], got["killed"], got["survived"], got["incompetent"], got["pending"]) == (6, 3, 1, 1, 1)
-    assert got["score"] == 0.75  # incompetent mutants count neither way
-    assert got["survivors"] == [dict(line=7, operator="core/NumberReplacer", occurrence=1, diff="-a\n+b")]
-    assert mutation.summarize("")["score"] is None
+    source = "import x\n\n\ndef f(a, b):\n    c = 1\n    return a + b\n\n\nclass K:\n    def m(self):\n        return 2\n"
+    diff = "--- m.py\n+++ m.py\n@@ -1,3 +1,3 @@\n def f(a, b):\n     c = 1\n-    return a + b\n+    return a - b\n"
+    codes = {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 3, "m.x_f__mutmut_10": 0, "m.xǁKǁm__mutmut_1": 33,
+             "m.x_f__mutmut_3": 1, "m.x_f__mutmut_4": 36, "m.x_f__mutmut_5": -9, "m.x_f__mutmut_6": None,
+             "m.x_f__mutmut_7": 34}
+    got = mutation.summarize(codes, {"m.x_f__mutmut_10": diff, "m.xǁKǁm__mutmut_1": ""}, source)
+    assert (got["mutants"], got["killed"], got["survived"], got["no_tests"], got["timeouts"], got["excluded"]) == \
+        (9, 3, 2, 1, 3, 1)
+    assert got["score"] == 0.6  # timeouts count neither way; a function no test calls survives
+    assert got["survivors"] == [
+        dict(mutant="m.x_f__mutmut_10", function="x_f", line=6, no_tests=False, diff=diff),
+        dict(mutant="m.xǁKǁm__mutmut_1", function="xǁKǁm", line=None, no_tests=True, diff="")]
+    assert mutation.function_lines(source) == {"x_f": 4, "xǁKǁm": 10}
+    assert mutation.summarize({})["score"] is None
     assert set(mutation.MODULES) >= {"shared/study/stats.py", "shared/reference/steps.py", "shared/reference/driver.py"}
     for module, tests in mutation.MODULES.items():  # every module and its tests exist
         root = mutation.ROOT
         assert (root / module).is_file() and all((root / t).is_file() for t in tests), module
+    assert "[tool.mutmut]" in mutation.config("m.py", ["t.py"], "not x", 15.0)
 
 
 def test_gate_power_record_is_written_with_partial_trials():
