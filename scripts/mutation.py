@@ -64,6 +64,8 @@ MODULES: dict[str, list[str]] = {
 # Leaving tests out can only let a mutant survive, never report one killed.
 DESELECT: dict[str, str] = {m: "not compile and not jit" for m in MODULES if m.startswith("torch_impl/")}
 
+THREAD_VARS = ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"]
+
 # mutmut's exit codes (mutmut.stats.status_by_exit_code) -> how this record counts them
 KILLED = {1, 3}          # a test failed (3: pytest's internal error, raised by the mutant)
 SURVIVED = {0}           # every test that calls the mutant passed
@@ -166,10 +168,13 @@ def run_module(mm: Path, clone: Path, module: str, tests: list[str], children: i
     pyproject.write_text(base + config(module, tests, DESELECT.get(module), timeout_multiplier))
     shutil.rmtree(clone / "mutants", ignore_errors=True)
     t0 = time.monotonic()
+    # one thread per BLAS/OpenMP pool: a worker forked from a process whose pool had started can
+    # deadlock in it (seen as timeouts with no CPU time); the targeted tests are tiny anyway
+    env = dict(os.environ, **{v: "1" for v in THREAD_VARS})
     with log.open("a") as out:
         print(f"== {module}", file=out, flush=True)
         proc = subprocess.run([str(mm), "run", "--max-children", str(children)], cwd=clone, stdout=out,
-                              stderr=subprocess.STDOUT, text=True)
+                              stderr=subprocess.STDOUT, text=True, env=env)
         if proc.returncode != 0 or not (clone / "mutants" / f"{module}.meta").exists():
             return dict(module=module, tests=tests, error=f"mutmut run exited {proc.returncode} (see {log})",
                         seconds=round(time.monotonic() - t0, 1))
@@ -180,7 +185,7 @@ def run_module(mm: Path, clone: Path, module: str, tests: list[str], children: i
         if again:
             print(f"== rerun {len(again)} timed-out mutants", file=out, flush=True)
             subprocess.run([str(mm), "run", "--max-children", str(children), *again], cwd=clone, stdout=out,
-                           stderr=subprocess.STDOUT, text=True)
+                           stderr=subprocess.STDOUT, text=True, env=env)
     codes = _meta(clone, module)
     diffs = {}
     for name, code in codes.items():
