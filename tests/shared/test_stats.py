@@ -241,3 +241,16 @@ def test_half_width_is_the_larger_side_even_when_the_interval_is_wider_than_the_
     s = pooled_ratio([[(0.5, 1.0)] * 3, [(2.0, 1.0)] * 3, [(1.0, 1.0)] * 3])
     assert s["ratio"] == pytest.approx(1.0) and s["lo"] < 0.5 and s["hi"] > 2.0
     assert s["half_width"] == pytest.approx(s["hi"] - 1.0)  # hi - ratio, not hi % ratio
+
+
+def test_two_processes_take_the_t_interval_and_one_process_its_confidence_and_seed_zero():
+    # two processes are enough for Student's t (the smallest case: 1 degree of freedom)
+    two = pooled_ratio([[(1.0, 1.0), (1.1, 1.0)], [(1.2, 1.0), (1.3, 1.0)]])
+    assert two["method"] == "t" and two["processes"] == 2
+    # one process: the bootstrap honours `confidence`, and its default seed is 0 (committed
+    # records were computed with it; another default would silently move their intervals)
+    pairs = [(1.0 + 0.07 * j * (-1) ** j, 1.0) for j in range(9)]
+    wide, narrow = pooled_ratio([pairs]), pooled_ratio([pairs], confidence=0.5)
+    assert narrow["hi"] - narrow["lo"] < wide["hi"] - wide["lo"]
+    few = pooled_ratio([pairs], n_boot=20)  # few resamples: the seed shows
+    assert few == pooled_ratio([pairs], n_boot=20, seed=0) != pooled_ratio([pairs], n_boot=20, seed=1)
