@@ -64,6 +64,35 @@ MODULES: dict[str, list[str]] = {
 # Leaving tests out can only let a mutant survive, never report one killed.
 DESELECT: dict[str, str] = {m: "not compile and not jit" for m in MODULES if m.startswith("torch_impl/")}
 
+# Survivors explained as equivalent (a change that cannot alter any result), each matched by its
+# module, the function and the changed line before and after (regular expressions, whole line
+# stripped); docs/parity.md gives the argument for each. A survivor still counts as survived in the
+# score; the record marks it `equivalent` with the reason, and counts `unexplained` survivors.
+EQUIVALENT: list[dict] = [
+    dict(module="shared/reference/steps.py", function=r".*", before=r".*axis=-1.*", after=r".*axis=\+1.*",
+         reason="axis -1 -> +1 on a (batch, features) array: the reference driver admits rank-3 x only "
+                "(ValueError otherwise), so every step sees 2-D arrays, whose axis 1 is axis -1"),
+    dict(module="shared/reference/steps.py", function=r".*", before=r".*shape\[-1\].*", after=r".*shape\[\+1\].*",
+         reason="shape[-1] -> shape[+1] of a (batch, hidden) state: the same axis in 2-D"),
+    dict(module="shared/reference/steps.py", function="x_sigmoid", before=r"positive = a >= 0",
+         after=r"positive = a > 0",
+         reason="the stable sigmoid's two branches agree exactly at a = 0: 1/(1+e^0) = e^0/(1+e^0) = 0.5"),
+]
+
+
+def equivalent_reason(module: str, function: str, diff: str) -> str | None:
+    """The EQUIVALENT entry's reason that covers this survivor's diff (one changed line), or None."""
+    before = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    after = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    if len(before) != 1 or len(after) != 1:
+        return None
+    for e in EQUIVALENT:
+        if (e["module"] == module and re.fullmatch(e["function"], function)
+                and re.fullmatch(e["before"], before[0]) and re.fullmatch(e["after"], after[0])):
+            return e["reason"]
+    return None
+
+
 THREAD_VARS = ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"]
 
 # mutmut's exit codes (mutmut.stats.status_by_exit_code) -> how this record counts them
@@ -127,11 +156,11 @@ def changed_line(diff: str, def_line: int | None) -> int | None:
 
 
 def summarize(exit_codes: dict[str, int | None], diffs: dict[str, str] | None = None,
-              source: str | None = None) -> dict:
+              source: str | None = None, module: str = "") -> dict:
     """Counts and survivors from mutmut's exit code per mutant (its `mutants/<module>.meta`)."""
     diffs = diffs or {}
     defs = function_lines(source) if source else {}
-    counts = dict(mutants=0, killed=0, survived=0, no_tests=0, timeouts=0, excluded=0)
+    counts = dict(mutants=0, killed=0, survived=0, no_tests=0, equivalent=0, timeouts=0, excluded=0)
     survivors = []
     for name, code in sorted(exit_codes.items(), key=lambda kv: _natural(kv[0])):
         counts["mutants"] += 1
@@ -142,14 +171,18 @@ def summarize(exit_codes: dict[str, int | None], diffs: dict[str, str] | None = 
             counts["no_tests"] += code in NO_TESTS
             function = name.rpartition(".")[2].split("__mutmut_")[0]
             diff = diffs.get(name, "")
+            reason = equivalent_reason(module, function, diff)
+            counts["equivalent"] += reason is not None
             survivors.append(dict(mutant=name, function=function, line=changed_line(diff, defs.get(function)),
-                                  no_tests=code in NO_TESTS, diff=diff[-1500:]))
+                                  no_tests=code in NO_TESTS, diff=diff[-1500:],
+                                  **({"equivalent": reason} if reason else {})))
         elif code in EXCLUDED:
             counts["excluded"] += 1
         else:
             counts["timeouts"] += 1
     judged = counts["killed"] + counts["survived"]
     counts["score"] = counts["killed"] / judged if judged else None
+    counts["unexplained"] = counts["survived"] - counts["equivalent"]
     return dict(counts, survivors=survivors)
 
 
@@ -194,7 +227,7 @@ def run_module(mm: Path, clone: Path, module: str, tests: list[str], children: i
             diffs[name] = shown.split("\n", 1)[1] if shown.startswith("#") else shown
     source = (clone / module).read_text()
     return dict(module=module, tests=tests, deselected=DESELECT.get(module), rerun_timeouts=len(again),
-                seconds=round(time.monotonic() - t0, 1), **summarize(codes, diffs, source))
+                seconds=round(time.monotonic() - t0, 1), **summarize(codes, diffs, source, module))
 
 
 def main(argv=None) -> int:

@@ -128,6 +128,13 @@ def test_mutation_summary_counts_outcomes_and_lists_each_survivor():
         root = mutation.ROOT
         assert (root / module).is_file() and all((root / t).is_file() for t in tests), module
     assert "[tool.mutmut]" in mutation.config("m.py", ["t.py"], "not x", 15.0)
+    # a survivor that an EQUIVALENT entry covers is marked, and still counts as survived
+    axis = "@@ -1,2 +1,2 @@\n def x_f(a):\n-    return a.mean(axis=-1)\n+    return a.mean(axis=+1)\n"
+    got = mutation.summarize({"s.x_f__mutmut_1": 0, "s.x_f__mutmut_2": 1}, {"s.x_f__mutmut_1": axis},
+                             module="shared/reference/steps.py")
+    assert (got["survived"], got["equivalent"], got["unexplained"], got["score"]) == (1, 1, 0, 0.5)
+    assert "rank-3" in got["survivors"][0]["equivalent"]
+    assert mutation.equivalent_reason("torch_impl/cells.py", "x_f", axis) is None  # per module
 
 
 def test_gate_power_record_is_written_with_partial_trials():
