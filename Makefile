@@ -74,11 +74,14 @@ gate-power: venv
 reproducibility: venv
 	$(PY) scripts/reproducibility.py --runs $(or $(RUNS),3) --out $(or $(OUT),reports/reproducibility)
 
-# Mutation testing (Cosmic Ray, pinned, in a venv of its own) of the kernels, the reference and the
-# statistics, each module against its targeted tests; hours for all modules: run it alone.
+# Mutation testing (mutmut, pinned, in a venv of its own that sees the project's packages through a
+# .pth file) of the kernels, the reference and the statistics, each module against its targeted
+# tests; about an hour for all modules: run it alone.
 mutation: venv
-	@[ -x .venv-mutation/bin/cosmic-ray ] || { $(PYTHON) -m venv .venv-mutation && .venv-mutation/bin/pip install --quiet -r requirements-mutation.txt; }
-	$(PY) scripts/mutation.py $(if $(MODULES),--modules $(MODULES))
+	@[ -x .venv-mutation/bin/mutmut ] || { rm -rf .venv-mutation && $(PYTHON) -m venv .venv-mutation && .venv-mutation/bin/pip install --quiet -r requirements-mutation.txt -c constraints.txt; }
+	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+	  > $$(.venv-mutation/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rnnbench_project_venv.pth
+	$(PY) scripts/mutation.py $(if $(MODULES),--modules $(MODULES)) $(MUTATION_ARGS)
 
 # The project's own history: the gate's benchmarks on COMMITS commits sampled from it, ROUNDS processes
 # each (about an hour; alone), results committed under docs/records/asv/results, verdicts in

@@ -291,3 +291,43 @@ def test_custom_cell_state_shapes_and_c0_rules():
     inputs, _ = make_case(gru, 3, 2, initial_state=True)
     with pytest.raises(ValueError, match="GRU has no cell state"):
         reference.run_case(gru, **{**inputs, "c0": np.zeros((1, 2, 3))})
+
+
+def test_errors_name_the_argument_and_its_layout_and_any_real_dtype_is_taken():
+    """Each error names what is wrong where (the argument, x's layout); float32 and integer
+    arrays are taken as float64, complex ones refused."""
+    spec, inputs, cot = _good()
+    want = reference.run_case(spec, **inputs, cotangents=cot)
+    for cast in (np.float32, np.int64):
+        x = np.round(inputs["x"] * 4) if cast is np.int64 else inputs["x"]
+        got = reference.run_case(spec, **{**inputs, "x": x.astype(cast)}, cotangents=cot)
+        ref = want if cast is np.float32 else reference.run_case(spec, **{**inputs, "x": x}, cotangents=cot)
+        np.testing.assert_allclose(got["output"], ref["output"], rtol=1e-6 if cast is np.float32 else 0)
+        assert got["output"].dtype == np.float64
+    text = np.array([[["a", "b", "c"]]])
+    for name, change in [("x", dict(x=text)), ("h0", dict(h0=text)), ("c0", dict(c0=text)),
+                         ("params['weight_ih_l0']", dict(params={**inputs["params"], "weight_ih_l0": np.full((16, 3), "a")}))]:
+        with pytest.raises(TypeError, match=rf"^{__import__('re').escape(name)} must be a real numeric array"):
+            reference.run_case(spec, **{**inputs, **change})
+    with pytest.raises(TypeError, match=r"^cotangents\['output'\] must be a real numeric array"):
+        reference.run_case(spec, **inputs, cotangents={**cot, "output": cot["output"].astype(complex)})
+    with pytest.raises(ValueError, match=r"^x must have rank 3 \(T, B, input_size\), got shape"):
+        reference.run_case(spec, **{**inputs, "x": np.zeros((5, 3))})
+    batch_first = RNNSpec("lstm", 3, 4, batch_first=True)
+    with pytest.raises(ValueError, match=r"^x must have rank 3 \(B, T, input_size\), got shape"):
+        reference.run_case(batch_first, init_params(batch_first), np.zeros((5, 3)))
+    with pytest.raises(TypeError, match=r"^spec must be an RNNSpec, got dict$"):
+        reference.run_case(spec.to_dict(), inputs["params"], inputs["x"])
+    two_layers = RNNSpec("lstm", 3, 4, num_layers=2, dropout=0.5)
+    with pytest.raises(ValueError, match=r"the reference is deterministic and does not implement dropout "
+                                         r"between layers; use dropout=0$"):
+        reference.run_case(two_layers, init_params(two_layers), inputs["x"])
+    with pytest.raises(ValueError, match=r"^h0 has shape \(1, 3, 4\), expected \(1, 2, 4\) "
+                                         r"\(num_layers \* num_directions, B, proj_size or hidden_size\)$"):
+        reference.run_case(spec, **{**inputs, "h0": np.zeros((1, 3, 4))})
+    with pytest.raises(ValueError, match=r"^c0 has shape \(2, 2, 4\), expected \(1, 2, 4\) "
+                                         r"\(num_layers \* num_directions, B, hidden_size\)$"):
+        reference.run_case(spec, **{**inputs, "c0": np.zeros((2, 2, 4))})
+    gru, gru_inputs, _ = _good("gru")
+    with pytest.raises(ValueError, match=r"is a GRU-family cell and a GRU has no cell state$"):
+        reference.run_case(gru, **{**gru_inputs, "c0": np.zeros((1, 2, 4))})

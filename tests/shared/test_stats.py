@@ -107,28 +107,34 @@ def _script(name: str):
 
 
 def test_mutation_summary_counts_outcomes_and_lists_each_survivor():
-    import json
-
     mutation = _script("mutation")
 
-    def line(outcome, worker="normal", pos=(3, 4)):
-        item = {"job_id": "j", "mutations": [{"module_path": "m.py", "operator_name": "core/NumberReplacer",
-                                              "occurrence": 1, "start_pos": list(pos), "end_pos": [pos[0], 9]}]}
-        result = None if outcome is None else {"worker_outcome": worker, "output": "", "test_outcome": outcome,
-                                               "diff": "-a\n+b"}
-        return json.dumps([item, result])
-
-    dump = "\n".join([line("killed"), line("killed"), line("killed"), line("survived", pos=(7, 0)),
-                      line("incompetent", worker="exception"), line(None)])
-    got = mutation.summarize(dump)
-    assert (got["mutants"], got["killed"], got["survived"], got["incompetent"], got["pending"]) == (6, 3, 1, 1, 1)
-    assert got["score"] == 0.75  # incompetent mutants count neither way
-    assert got["survivors"] == [dict(line=7, operator="core/NumberReplacer", occurrence=1, diff="-a\n+b")]
-    assert mutation.summarize("")["score"] is None
+    source = "import x\n\n\ndef f(a, b):\n    c = 1\n    return a + b\n\n\nclass K:\n    def m(self):\n        return 2\n"
+    diff = "--- m.py\n+++ m.py\n@@ -1,3 +1,3 @@\n def f(a, b):\n     c = 1\n-    return a + b\n+    return a - b\n"
+    codes = {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 3, "m.x_f__mutmut_10": 0, "m.xǁKǁm__mutmut_1": 33,
+             "m.x_f__mutmut_3": 1, "m.x_f__mutmut_4": 36, "m.x_f__mutmut_5": -9, "m.x_f__mutmut_6": None,
+             "m.x_f__mutmut_7": 34}
+    got = mutation.summarize(codes, {"m.x_f__mutmut_10": diff, "m.xǁKǁm__mutmut_1": ""}, source)
+    assert (got["mutants"], got["killed"], got["survived"], got["no_tests"], got["timeouts"], got["excluded"]) == \
+        (9, 3, 2, 1, 3, 1)
+    assert got["score"] == 0.6  # timeouts count neither way; a function no test calls survives
+    assert got["survivors"] == [
+        dict(mutant="m.x_f__mutmut_10", function="x_f", line=6, no_tests=False, diff=diff),
+        dict(mutant="m.xǁKǁm__mutmut_1", function="xǁKǁm", line=None, no_tests=True, diff="")]
+    assert mutation.function_lines(source) == {"x_f": 4, "xǁKǁm": 10}
+    assert mutation.summarize({})["score"] is None
     assert set(mutation.MODULES) >= {"shared/study/stats.py", "shared/reference/steps.py", "shared/reference/driver.py"}
     for module, tests in mutation.MODULES.items():  # every module and its tests exist
         root = mutation.ROOT
         assert (root / module).is_file() and all((root / t).is_file() for t in tests), module
+    assert "[tool.mutmut]" in mutation.config("m.py", ["t.py"], "not x", 15.0)
+    # a survivor that an EQUIVALENT entry covers is marked, and still counts as survived
+    axis = "@@ -1,2 +1,2 @@\n def x_f(a):\n-    return a.mean(axis=-1)\n+    return a.mean(axis=+1)\n"
+    got = mutation.summarize({"s.x_f__mutmut_1": 0, "s.x_f__mutmut_2": 1}, {"s.x_f__mutmut_1": axis},
+                             module="shared/reference/steps.py")
+    assert (got["survived"], got["equivalent"], got["unexplained"], got["score"]) == (1, 1, 0, 0.5)
+    assert "rank-3" in got["survivors"][0]["equivalent"]
+    assert mutation.equivalent_reason("torch_impl/cells.py", "x_f", axis) is None  # per module
 
 
 def test_gate_power_record_is_written_with_partial_trials():
@@ -242,3 +248,16 @@ def test_half_width_is_the_larger_side_even_when_the_interval_is_wider_than_the_
     s = pooled_ratio([[(0.5, 1.0)] * 3, [(2.0, 1.0)] * 3, [(1.0, 1.0)] * 3])
     assert s["ratio"] == pytest.approx(1.0) and s["lo"] < 0.5 and s["hi"] > 2.0
     assert s["half_width"] == pytest.approx(s["hi"] - 1.0)  # hi - ratio, not hi % ratio
+
+
+def test_two_processes_take_the_t_interval_and_one_process_its_confidence_and_seed_zero():
+    # two processes are enough for Student's t (the smallest case: 1 degree of freedom)
+    two = pooled_ratio([[(1.0, 1.0), (1.1, 1.0)], [(1.2, 1.0), (1.3, 1.0)]])
+    assert two["method"] == "t" and two["processes"] == 2
+    # one process: the bootstrap honours `confidence`, and its default seed is 0 (committed
+    # records were computed with it; another default would silently move their intervals)
+    pairs = [(1.0 + 0.07 * j * (-1) ** j, 1.0) for j in range(9)]
+    wide, narrow = pooled_ratio([pairs]), pooled_ratio([pairs], confidence=0.5)
+    assert narrow["hi"] - narrow["lo"] < wide["hi"] - wide["lo"]
+    few = pooled_ratio([pairs], n_boot=20)  # few resamples: the seed shows
+    assert few == pooled_ratio([pairs], n_boot=20, seed=0) != pooled_ratio([pairs], n_boot=20, seed=1)

@@ -249,3 +249,33 @@ def test_training_mode_dropout_between_layers_only():
     assert torch.equal(a, b)
     module.train()
     assert not torch.equal(module(x)[0], a)  # dropout on layer 0's output changes layer 1's input
+
+
+@pytest.mark.parametrize("lengths", [None, [4, 1, 2]])
+def test_time_loop_hands_a_step_that_masks_itself_each_steps_mask(lengths):
+    """`time_loop(..., masks_inside=True)` (the `compile` rung's path): the step gets mask t (none
+    without lengths) and masks itself; the result equals the loop that masks after the step."""
+    from torch_impl.cells import mask_step, time_loop, valid_steps
+
+    torch.manual_seed(3)
+    x, h0 = torch.randn(4, 3, 2, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    lengths = None if lengths is None else torch.tensor(lengths)
+    masks = []
+
+    def plain(x_t, state, q):
+        return (torch.tanh(state[0] * q["w"] + x_t),)
+
+    def masking(x_t, state, q, *m):
+        masks.append(m)
+        new = plain(x_t, state, q)
+        return mask_step(m[0], new, state) if m else (new, new[0])
+
+    want_out, want_state = time_loop(plain, x, (h0,), {"w": 0.5}, lengths)
+    out, state = time_loop(masking, x, (h0,), {"w": 0.5}, lengths, masks_inside=True)
+    torch.testing.assert_close(out, want_out, rtol=0, atol=0)
+    torch.testing.assert_close(state, want_state, rtol=0, atol=0)
+    expected = [(m,) for m in valid_steps(lengths, 4)] if lengths is not None else [()] * 4
+    assert len(masks) == 4 and all(len(a) == len(b) and all(torch.equal(u, v) for u, v in zip(a, b))
+                                   for a, b in zip(masks, expected))
+    if lengths is not None:  # past its length a sequence outputs zero and keeps its state
+        assert (out[1:, 1] == 0).all() and (out[2:, 2] == 0).all() and out[0].abs().min() > 0
