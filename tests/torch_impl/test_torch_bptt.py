@@ -346,3 +346,47 @@ def test_gemm_policy_from_environment(monkeypatch):
     monkeypatch.setenv("RNNBENCH_GEMM", "fastest")
     with pytest.raises(ValueError, match="RNNBENCH_GEMM must be one of"):
         gemm_policy()
+
+
+@pytest.mark.parametrize("cell,proj,bias", [("lstm", 2, True), ("gru", 0, True)], ids=["lstm-proj2", "gru"])
+def test_each_gradient_asked_alone_equals_its_share_of_all(cell, proj, bias):
+    """The backward computes what autograd asks for (ctx.needs_input_grad): with one input
+    requiring grad, that one gradient comes out, equal to the one computed with all of them."""
+    module = make_module(cell, proj, bias, torch.float64)
+    weights = [p.detach().clone() if p is not None else None for p in layer_params(module)]
+    x, h0, c0 = (t.detach() if t is not None else None for t in inputs(cell, proj, torch.float64))
+    args = [x, h0, c0, *weights]
+    lengths = torch.tensor(LENGTHS)
+    g = torch.Generator().manual_seed(5)
+    cot = [torch.randn(r.shape, dtype=torch.float64, generator=g) if r is not None else None
+           for r in run_direction(cell, *args, lengths)]
+
+    def grads(wanted):
+        leaves = [a.clone().requires_grad_(i in wanted) if a is not None else None for i, a in enumerate(args)]
+        loss_of(run_direction(cell, *leaves, lengths), cot).backward()
+        return [leaf.grad if leaf is not None else None for leaf in leaves]
+
+    present = [i for i, a in enumerate(args) if a is not None]
+    every = grads(set(present))
+    for i in present:
+        alone = grads({i})
+        torch.testing.assert_close(alone[i], every[i], rtol=0, atol=1e-12)
+        assert all(alone[j] is None for j in present if j != i)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_double_backward_runs_through_the_recorded_layers(cell):
+    """Under create_graph the kernel's backward hands over to the same layers recorded by
+    autograd (`_recorded`): second derivatives pass gradgradcheck, lengths and biases included."""
+    proj = 2 if cell == "lstm" else 0
+    module = make_module(cell, proj, True, torch.float64)
+    params = [p.detach().clone().requires_grad_() if p is not None else None for p in layer_params(module)]
+    x, h0, c0 = inputs(cell, proj, torch.float64)
+    lengths = torch.tensor(LENGTHS)
+
+    def fn(x, h0, c0, *weights):
+        out, h_n, c_n = run_direction(cell, x, h0, c0, *weights, lengths)
+        return (out, h_n) if c_n is None else (out, h_n, c_n)
+
+    args = tuple(a for a in (x, h0, c0, *params))
+    assert torch.autograd.gradgradcheck(fn, args, eps=1e-6, atol=1e-6, rtol=1e-5)
