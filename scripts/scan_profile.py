@@ -17,7 +17,7 @@ Prints a summary and writes the counts as JSON (commit it under docs/records to 
 forward+backward, in one process per rung: self CPU time by op (GEMMs, Inductor's kernels,
 everything else) and calls per time step, against `nn.LSTM` in the same process.
 
-`study` (a timing: run it alone, it takes about an hour on 2 cores): the study, `rnnbench
+`study` (a timing: run it alone, about half an hour on 2 cores): the study, `rnnbench
 compare`, on what issue 24 asks: LSTM and GRU, S1 and S2, forward and forward+backward, for
 `torch.scan` (and its `freezing` and `cpp_wrapper` options), `torch.compile`, `torch.bptt`,
 `jax.scan` and `jax.bptt`, every ratio paired with `nn.LSTM`/`nn.GRU` in the same processes over
@@ -38,8 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-STUDY_IMPLS = ("torch.native,torch.compile,torch.scan,torch.scan[freezing],torch.scan[cpp_wrapper],"
-               "torch.scan[cpp_wrapper,freezing],torch.bptt,jax.scan,jax.bptt")
+STUDY_IMPLS = ("torch.native,torch.compile,torch.compile[freezing],torch.scan,torch.scan[freezing],"
+               "torch.scan[cpp_wrapper],torch.bptt,jax.scan,jax.bptt")
 
 
 # ---- structure: what the generated code does per step ------------------------------------------
@@ -210,8 +210,8 @@ def cmd_kernels(args) -> None:
 def cmd_study(args) -> None:
     cmd = [sys.executable, "-m", "shared.cli", "compare", "--impls", args.impls, "--cells", "lstm,gru",
            "--custom-cells", "none", "--workloads", "S1,S2", "--first-call", "T100,T1000",
-           "--processes", str(args.processes), "--max-processes", str(max(args.processes, 7)),
-           "--threads", str(args.threads), "--out", str(args.out)]
+           "--precisions", "none", "--one-thread", "none", "--threads", str(args.threads), "--out", str(args.out),
+           "--no-progress", *(["--processes", str(args.processes)] if args.processes else [])]
     print(" ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)
 
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_kernels)
     p = sub.add_parser("study", help="the study on issue 24's targets (a timing: run it alone)")
     p.add_argument("--impls", default=STUDY_IMPLS)
-    p.add_argument("--processes", type=int, default=5)
+    p.add_argument("--processes", type=int, default=None, help="default the study's (3, up to 4 for a wide interval)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("docs/records/scan/run-0"))
     p.set_defaults(func=cmd_study)
