@@ -177,7 +177,7 @@ def main(argv=None) -> int:
     recorded = Recorded(args.results)
     out = {"simulated": True,
            "what": "the recorded run's task durations replayed through the cluster driver's scheduler "
-                   "(shared/study/cluster.py) on N identical single-slot nodes, on a virtual clock; "
+                   "(shared/study/cluster/driver.py) on N identical single-slot nodes, on a virtual clock; "
                    "not a measurement of a cluster",
            "source": str(args.results), "source_commit": recorded.machine.get("git_commit"),
            "machine": recorded.machine.get("cpu"), "overhead_s_per_task": args.overhead_s,

@@ -7,7 +7,7 @@ every phase (`write_json`: atomically, so the runner never reads half a record),
 hang (timeout) or a process tree that grows past the memory limit is killed with everything it
 started (torch.compile's workers included) and recorded as a failure with its reason and the
 phase it was in.  The study runs every measurement this way (`shared.study.runner`, and
-`shared.study.cluster` on each node); asv its first-call benchmark (`benchmarks/rnn.py`).
+`shared.study.cluster.node` on each node); asv its first-call benchmark (`benchmarks/rnn.py`).
 """
 
 from __future__ import annotations

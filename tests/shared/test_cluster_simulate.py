@@ -131,9 +131,9 @@ class GrowingRay(cluster_simulate.VirtualRay):
 
 
 def test_a_node_that_joins_takes_work_of_its_machine(tmp_path, monkeypatch):
-    from shared.study import cluster
+    from shared.study.cluster import driver
 
-    monkeypatch.setattr(cluster, "REFRESH_S", 0.0)  # look for nodes at every turn of the loop
+    monkeypatch.setattr(driver, "REFRESH_S", 0.0)  # look for nodes at every turn of the loop
     recorded_run(tmp_path, {"a": (1, 1), "b": (1, 1), "c": (1, 1)})
     run = cluster_simulate.Recorded(tmp_path / "results.jsonl")
     records = replay(tmp_path, GrowingRay(2, run, 0.0))

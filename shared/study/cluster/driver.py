@@ -1,203 +1,44 @@
-"""The study on a Ray cluster: `rnnbench compare --cluster ADDRESS|auto`.
+"""The driver: the process that runs the study on the cluster and schedules it.
 
-A distributed benchmark is honest only if each measurement has its resources to itself, so
-the unit of scheduling is a *measurement slot*: a Ray custom resource, `rnnbench_slot`, that
-each node advertises when it joins (`ray start ... --resources '{"rnnbench_slot": 1}'`): one
-on a CPU node (a measurement has the node alone), one per GPU on a GPU node (the node's cores
-split evenly between its slots, each measurement pinned to its share, which its record names).
-Every task that measures takes one slot and runs the worker subprocess the local runner runs
-(`shared.measure.isolated.run_worker`): the same isolation and the same record, plus the machine
-it ran on (`machine.record_machine`), the node, the slot, its cores, and its start and end times.
-
-The driver (this process) schedules.  It asks every node what machine it is (a task on the
-node), groups nodes into machine classes (`machine.machine_class`), probes the implementations
-once per class, plans the study per class, and gives each free slot the next measurement of its
-node's class, pinned to that node.  Records come back as tasks finish and are appended to
-results.jsonl at once: an interrupted driver loses nothing and `--resume` goes on.  A task lost
-with its node (or its Ray worker) is measured again once on another node of the same class, then
-recorded as failed with both reasons and `node_lost` (which `--resume` measures again).
-
-Ray is imported only inside this module's functions: a study without --cluster never needs it.
+It asks every node what machine it is (a task on the node), groups nodes into machine classes
+(`machine.machine_class`), probes the implementations once per class, plans the study per
+class, and gives each free slot the next measurement of its node's class, pinned to that node.
+Records come back as tasks finish and are appended to results.jsonl at once: an interrupted
+driver loses nothing and `--resume` goes on.  A task lost with its node (or its Ray worker) is
+measured again once on another node of the same class, then recorded as failed with both
+reasons and `node_lost` (which `--resume` measures again).
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import tempfile
 import time
 import uuid
 from collections import deque
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..measure.isolated import FINAL_STATUSES
-from .planning import StudyConfig, plan, probe_items, roof_job, roof_pairs, roof_timeout, study_names
-from .records import (
+from ...measure.isolated import FINAL_STATUSES
+from ..planning import StudyConfig, plan, probe_items, roof_job, roof_pairs, roof_timeout
+from ..records import (
     append_record,
     base_key,
     is_done,
     measurement_record,
     meta_record,
     now,
-    open_results,
     process_key,
     roof_key,
     roof_records,
 )
-from .runner import progress_bar
+from ..runner import progress_bar
+from .node import describe_node, measure_on_node, probe_on_node
+from .slots import SLOT, ClusterError, Item, Node, slot_nodes
 
-SLOT = "rnnbench_slot"
 REFRESH_S = 5.0  # how often the driver looks for nodes that died or joined
 DESCRIBE_TIMEOUT_S = 300.0
 # Environment the driver hands to every measurement: the study's own switches (RNNBENCH_CELL_MODULES,
 # RNNBENCH_XLA, RNNBENCH_GEMM, ...), which a node's Ray workers do not inherit from the driver.
 FORWARD_PREFIX = "RNNBENCH_"
-
-
-class ClusterError(RuntimeError):
-    """The cluster cannot run the study (unreachable, no slots); the message says what to do."""
-
-
-# ---- on a node ---------------------------------------------------------------------------
-def describe_node(device: str, threads: int) -> dict:
-    """What machine this node is (`machine.machine_info`), its node id and usable cores."""
-    import ray
-
-    from .machine import machine_info
-
-    info = machine_info(device, threads)
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    info.update(node_id=ray.get_runtime_context().get_node_id(), host=socket.gethostname(), cpu_list=cores)
-    return info
-
-
-def probe_on_node(by_framework: dict, device: str, timeout: float, cells: list, dtypes: list):
-    """`runner.run_probe` on this node: which implementations run here, and on which cells."""
-    from .runner import run_probe
-
-    return run_probe(by_framework, device, timeout, cells, dtypes)
-
-
-def _die_with_parent():
-    """A preexec function: the child gets SIGKILL when the task's process dies (Linux), so a
-    measurement does not outlive its lost Ray worker and run beside the retry."""
-    import ctypes
-    import signal
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return lambda: None
-    return lambda: prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def measure_on_node(command: str, job: dict, options: dict) -> dict:
-    """One worker process ("measure" or "roof") in this task's slot: pinned to the slot's cores,
-    under the node's share of memory, with a compile cache of this node and study."""
-    import ray
-
-    from ..measure.isolated import run_worker
-
-    cpus = options.get("cpus")
-    tie = _die_with_parent()
-
-    def preexec():
-        if cpus and hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, cpus)
-        tie()
-
-    node_id = ray.get_runtime_context().get_node_id()
-    env = dict(options.get("env") or {}, RNNBENCH_NODE_ID=node_id)  # the worker may name its node
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tempfile.gettempdir()) / "rnnbench-compile-cache" / options["study"])
-    if options.get("max_memory_gb"):
-        max_rss = int(options["max_memory_gb"] * 2**30)
-    else:  # 80% of the node's memory, shared by its slots
-        import psutil
-        max_rss = int(0.8 * psutil.virtual_memory().total / max(1, options.get("slots", 1)))
-    started = time.time()
-    rec = run_worker(command, job, timeout=options["timeout"], max_rss_bytes=max_rss, env=env, preexec_fn=preexec)
-    rec.update(started=started, ended=time.time(), node_id=node_id,
-               node_load_average=[round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None)
-    return rec
-
-
-# ---- the driver ------------------------------------------------------------------------
-@dataclass
-class Node:
-    node_id: str
-    host: str
-    slots: int
-    info: dict = field(default_factory=dict)
-    machine_class: str | None = None
-    busy: set = field(default_factory=set)
-    alive: bool = True
-
-    def free_slot(self) -> int | None:
-        return next((s for s in range(self.slots) if s not in self.busy), None) if self.alive else None
-
-    def slot_cpus(self, slot: int) -> list[int] | None:
-        """The cores of one slot: the node's usable cores split evenly between its slots (None with
-        one slot: the worker pins its threads itself, as it does locally)."""
-        cores = self.info.get("cpu_list") or []
-        if self.slots <= 1 or len(cores) < self.slots:
-            return None
-        k = len(cores) // self.slots
-        return cores[slot * k:(slot + 1) * k]
-
-    @property
-    def name(self) -> str:
-        return f"{self.host} ({self.node_id[:8]})"
-
-
-@dataclass
-class Item:
-    """A unit of work for one slot: a measurement process or a roof pass of one machine class."""
-    cls: str
-    kind: str  # "measure" or "roof"
-    job: dict
-    index: int = 0  # measurement: the process number
-    when: str = ""  # roof: "start" or "end"
-    items: list = field(default_factory=list)  # roof: the (cell, workload, threads) it covers
-    attempt: int = 0
-    avoid: set = field(default_factory=set)
-    lost: list = field(default_factory=list)  # why earlier attempts were lost
-    unschedulable: int = 0
-
-    @property
-    def key(self) -> str:
-        return process_key(self.job["key"], self.index) if self.kind == "measure" else f"roof|{self.when}"
-
-
-def slot_nodes(ray) -> dict[str, tuple[str, int]]:
-    """node id -> (host, slots) of every live node that advertises measurement slots."""
-    out = {}
-    for n in ray.nodes():
-        slots = int(n.get("Resources", {}).get(SLOT, 0))
-        if n.get("Alive") and slots > 0:
-            out[n["NodeID"]] = (n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "?", slots)
-    return out
-
-
-def connect(address: str):
-    """`ray.init` on an existing cluster, quietly; a clear ClusterError when there is none."""
-    import logging
-
-    import ray
-
-    try:
-        host, _, port = address.rpartition(":")
-        if host and port.isdigit() and "://" not in address:  # Ray would retry a dead address for minutes
-            socket.create_connection((host, int(port)), timeout=10).close()
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
-                 configure_logging=True)
-    except (OSError, RuntimeError, ValueError) as e:  # ConnectionError is an OSError
-        raise ClusterError(f"cannot reach a Ray cluster at {address!r}: {str(e).rstrip('.')}. Start one first: "
-                           f"`ray start --head --resources '{{\"{SLOT}\": 1}}'` on one machine and "
-                           f"`ray start --address=HEAD:6379 --resources '{{\"{SLOT}\": 1}}'` on the others "
-                           "(docs/cluster.md)") from None
-    return ray
 
 
 class Driver:
@@ -278,7 +119,7 @@ class Driver:
 
     def _described(self, node: Node, ref) -> bool:
         """Read a node's answer to `describe_node`: its machine and class (False: it failed)."""
-        from .machine import machine_class
+        from ..machine import machine_class
 
         try:
             node.info = self.ray.get(ref)
@@ -320,7 +161,7 @@ class Driver:
 
     # -- the plan --------------------------------------------------------------------------
     def write_meta(self) -> None:
-        from .machine import machine_info, machine_label, record_machine
+        from ..machine import machine_info, machine_label, record_machine
 
         nodes = [dict(node_id=n.node_id, host=n.host, slots=n.slots, machine_class=n.machine_class,
                       cores=n.info.get("cpu_list")) for n in self.nodes.values() if n.alive]
@@ -502,7 +343,7 @@ class Driver:
         self.bar.advance(self.task)
 
     def _record(self, item: Item, rec: dict, node: Node | None, slot: int | None) -> None:
-        from .machine import record_machine
+        from ..machine import record_machine
 
         cls = item.cls
         placement = {}
@@ -544,7 +385,7 @@ class Driver:
             self._grow(1)
 
     def _tight(self, key) -> bool:
-        from .stats import is_tight, pooled_ratio
+        from ..stats import is_tight, pooled_ratio
 
         recs = self.ok.get(key, [])
         for phase in ("forward", "train"):
@@ -597,49 +438,3 @@ def _describe(item: Item) -> str:
     if item.kind == "roof":
         return f"GEMM roof ({item.when})"
     return f"{item.job['impl']} {item.job['cell']} {item.job['workload_name']} (process {item.index + 1})"
-
-
-@contextmanager
-def local_cluster(nodes: int, cores_per_node: int | None = None, slots: int = 1):
-    """A Ray cluster on this machine, on the loopback address only: a head without slots and
-    `nodes` nodes of `slots` measurement slots, each (with `cores_per_node`) on cores of its own.
-    Yields (cluster, node handles).  For the tests, and for measuring the cluster runner on one
-    large machine (scripts/cluster_local.py); a real cluster is started with `ray start`."""
-    from ray.cluster_utils import Cluster
-
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if cores_per_node and nodes * cores_per_node > len(cores):
-        raise ClusterError(f"{nodes} nodes of {cores_per_node} cores need {nodes * cores_per_node}; "
-                           f"this process may use {len(cores)}")
-    saved = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # then Ray binds every node to 127.0.0.1
-    cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0, include_dashboard=False))
-    handles = []
-    try:
-        for i in range(nodes):
-            if cores_per_node:  # a node's raylet and its workers inherit the affinity they start with
-                os.sched_setaffinity(0, cores[i * cores_per_node:(i + 1) * cores_per_node])
-            try:
-                handles.append(cluster.add_node(num_cpus=cores_per_node or 1, resources={SLOT: slots}))
-            finally:
-                if cores_per_node:
-                    os.sched_setaffinity(0, cores)
-        cluster.wait_for_nodes()
-        yield cluster, handles
-    finally:
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-        else:
-            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = saved
-
-
-def run_cluster_study(config: StudyConfig, *, progress: bool = True, log=print) -> Path:
-    """`shared.study.run_study` on the Ray cluster at `config.cluster`; returns results.jsonl's path."""
-    results, previous = open_results(config)
-    names = study_names(config)
-    ray = connect(config.cluster)
-    try:
-        return Driver(config, results, previous, names, log, progress).run()
-    finally:
-        ray.shutdown()
