@@ -17,7 +17,7 @@ BENCH_ARGS ?=
 MACHINE ?=
 ASV_MACHINE := $(if $(MACHINE),--machine $(MACHINE))
 
-.PHONY: venv run test ladder parity parity-quick parity-matrix bench bench-quick bench-history bench-history-sample bench-merge bench-compare gate-power reproducibility mutation bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
+.PHONY: venv run test ladder parity parity-quick parity-matrix peer-full bench bench-quick bench-history bench-history-sample bench-merge bench-compare gate-power reproducibility mutation bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
 
 venv: $(STAMP)
 
@@ -113,6 +113,10 @@ parity-quick: venv
 # IMPLS=jax.scan,torch.compile runs the full matrix of those rungs only (a job per rung)
 parity-matrix: venv
 	RNNBENCH_FULL_MATRIX=$(or $(IMPLS),1) $(PY) -m pytest tests/cross/test_parity_matrix.py $(PYTEST_ARGS)
+
+# every peer-suite sample on every backend (make test runs a covering subset), for a scheduled job
+peer-full: venv
+	RNNBENCH_PEER_FULL=1 $(PY) -m pytest tests/peer $(PYTEST_ARGS)
 
 vectors: venv
 	$(PY) -m shared.vectors
