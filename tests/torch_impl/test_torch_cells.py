@@ -279,3 +279,38 @@ def test_time_loop_hands_a_step_that_masks_itself_each_steps_mask(lengths):
                                    for a, b in zip(masks, expected))
     if lengths is not None:  # past its length a sequence outputs zero and keeps its state
         assert (out[1:, 1] == 0).all() and (out[2:, 2] == 0).all() and out[0].abs().min() > 0
+
+
+@pytest.mark.parametrize("cell", ["peephole_lstm", "ln_lstm"])
+@pytest.mark.parametrize("lengths", [None, [4, 2]], ids=["full", "lengths"])
+def test_bptt_double_backward_of_the_catalogue_cells(cell, lengths):
+    """Under create_graph the bptt kernels of the catalogue cells hand over to the layers autograd
+    records (`_peephole_recorded`, `_ln_lstm_recorded`): second derivatives of outputs and final
+    states pass gradgradcheck, with biases, an initial state and, once, per-sequence lengths."""
+    torch.manual_seed(3)
+    module = MODULES[cell](2, 3, backend="bptt", dtype=torch.float64)
+    with torch.no_grad():  # the extra parameters away from their init (gains 1, biases 0)
+        for p in module.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    names = [n for n, _ in module.named_parameters()]
+    x = torch.randn(4, 2, 2, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(1, 2, 3, dtype=torch.float64, requires_grad=True)
+    c0 = torch.randn(1, 2, 3, dtype=torch.float64, requires_grad=True)
+    lengths = None if lengths is None else torch.tensor(lengths)
+
+    def fn(x, h0, c0, *weights):
+        out, (h_n, c_n) = torch.func.functional_call(module, dict(zip(names, weights)), (x, (h0, c0)),
+                                                     {"lengths": lengths})
+        return out, h_n, c_n
+
+    params = tuple(p.detach().clone().requires_grad_() for p in module.parameters())
+    args = (x, h0, c0, *params)
+    # the recorded layers' first derivatives are the kernel's (gradgradcheck alone would pass a
+    # recorded recurrence that is wrong but differentiated consistently)
+    outs = fn(*args)
+    cot = [torch.randn_like(o) for o in outs]
+    kernel = torch.autograd.grad(outs, args, cot)
+    recorded = torch.autograd.grad(fn(*args), args, cot, create_graph=True)
+    for name, k, r in zip(["x", "h0", "c0", *names], kernel, recorded):
+        torch.testing.assert_close(r, k, rtol=0, atol=1e-12, msg=name)
+    assert torch.autograd.gradgradcheck(fn, args, eps=1e-6, atol=1e-6, rtol=1e-5)
