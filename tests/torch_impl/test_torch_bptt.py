@@ -390,3 +390,135 @@ def test_double_backward_runs_through_the_recorded_layers(cell):
 
     args = tuple(a for a in (x, h0, c0, *params))
     assert torch.autograd.gradgradcheck(fn, args, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+# ---- gradients at odd sizes, one bias, the recorded path ----------------------------------
+def _native_and_kernel_grads(cell, proj, x, h0, c0, module, weights, lengths, cotangents=None, seed=3):
+    """(native outputs, native grads, kernel outputs, kernel grads) w.r.t. x, h0, c0 and the
+    given weights (the module's parameters, or stand-ins for them)."""
+    native_wrt = [t for t in [x, h0, c0, *layer_params(module)] if t is not None]
+    wrt = [t for t in [x, h0, c0, *weights] if t is not None]
+    expected = native_run(module, cell, x, h0, c0, lengths)
+    g = torch.Generator().manual_seed(seed)
+    cot = cotangents or [torch.randn(r.shape, dtype=r.dtype, generator=g) if r is not None else None
+                         for r in expected]
+    expected_grads = torch.autograd.grad(loss_of(expected, cot), native_wrt)
+    got = run_direction(cell, x, h0, c0, *weights, lengths)
+    got_grads = torch.autograd.grad(loss_of(got, cot), wrt)
+    return expected, expected_grads, got, got_grads
+
+
+@pytest.mark.parametrize("steps,batch,hidden", [(2, 1, 5), (3, 2, 5), (1, 3, 6)], ids=["T2-B1-H5", "T3-B2-H5", "T1-B3-H6"])
+@pytest.mark.parametrize("cell,proj", [("lstm", 0), ("lstm", 3), ("gru", 0)], ids=["lstm", "lstm-proj3", "gru"])
+def test_odd_sizes_match_native_without_warnings(cell, proj, steps, batch, hidden):
+    """Sizes where T, B and H differ (a single sequence, H not a divisor of anything): outputs
+    and every gradient equal nn.LSTM/nn.GRU's, with and without gradients recorded, and the
+    kernel warns about nothing (no silently resized buffer)."""
+    import warnings
+
+    torch.manual_seed(0)
+    if cell == "lstm":
+        module = torch.nn.LSTM(I, hidden, proj_size=proj, dtype=torch.float64)
+    else:
+        module = torch.nn.GRU(I, hidden, dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(steps, batch, I, dtype=torch.float64, generator=g).requires_grad_()
+    h0 = torch.randn(batch, proj or hidden, dtype=torch.float64, generator=g).requires_grad_()
+    c0 = torch.randn(batch, hidden, dtype=torch.float64, generator=g).requires_grad_() if cell == "lstm" else None
+    for lengths in (None, torch.arange(batch, dtype=torch.int64) % steps + 1):
+        expected, expected_grads, _, _ = _native_and_kernel_grads(cell, proj, x, h0, c0, module,
+                                                                  layer_params(module), lengths)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _, _, got, got_grads = _native_and_kernel_grads(cell, proj, x, h0, c0, module,
+                                                            layer_params(module), lengths)
+            with torch.no_grad():
+                plain = run_direction(cell, x, h0, c0, *layer_params(module), lengths)
+            zero_state = run_direction(cell, x, None, None, *layer_params(module), lengths)
+        for e, r, p in zip(expected, got, plain):
+            if e is not None:
+                torch.testing.assert_close(r, e, atol=1e-12, rtol=0)
+                torch.testing.assert_close(p, e, atol=1e-12, rtol=0)
+        for e, r in zip(expected_grads, got_grads):
+            torch.testing.assert_close(r, e, atol=1e-12, rtol=0)
+        zeros = (torch.zeros(batch, proj or hidden, dtype=torch.float64),
+                 torch.zeros(batch, hidden, dtype=torch.float64) if cell == "lstm" else None)
+        want = native_run(module, cell, x, *zeros, lengths)
+        for e, r in zip(want, zero_state):
+            if e is not None:
+                torch.testing.assert_close(r, e, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("which", ["b_ih", "b_hh"])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_single_bias_equals_native_with_the_other_bias_zero(cell, which):
+    """One bias given, the other None: the same outputs and gradients as the built-in module
+    whose other bias is zero (and no gradient is handed to the absent one)."""
+    module = make_module(cell, 0, True, torch.float64)
+    other = "bias_hh_l0" if which == "b_ih" else "bias_ih_l0"
+    with torch.no_grad():
+        getattr(module, other).zero_()
+    w_ih, w_hh, b_ih, b_hh, _ = layer_params(module)
+    weights = [w_ih, w_hh, b_ih if which == "b_ih" else None, b_hh if which == "b_hh" else None, None]
+    x, h0, c0 = inputs(cell, 0, torch.float64)
+    for lengths in (None, torch.tensor(LENGTHS)):
+        expected, expected_grads, got, got_grads = _native_and_kernel_grads(cell, 0, x, h0, c0, module, weights,
+                                                                            lengths)
+        for e, r in zip(expected, got):
+            if e is not None:
+                torch.testing.assert_close(r, e, atol=1e-12, rtol=0)
+        # native grads: x, h0, (c0), w_ih, w_hh, b_ih, b_hh; the kernel's lack the zeroed bias
+        n_state = 3 if cell == "lstm" else 2
+        keep = [i for i in range(len(expected_grads)) if i != n_state + 2 + (1 if which == "b_ih" else 0)]
+        assert len(got_grads) == len(keep)
+        for i, r in zip(keep, got_grads):
+            torch.testing.assert_close(r, expected_grads[i], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_bias_gradients_are_separate_tensors(cell):
+    """d b_ih and d b_hh are equal in value (both biases are summed), but they are two tensors:
+    changing one in place (an optimizer, a hook) must not change the other."""
+    module = make_module(cell, 0, True, torch.float64)
+    x, h0, c0 = inputs(cell, 0, torch.float64)
+    w_ih, w_hh, b_ih, b_hh, _ = layer_params(module)
+    out = run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, None, None)
+    g_ih, g_hh = torch.autograd.grad(out[0].sum(), [b_ih, b_hh])
+    want = g_hh.clone()
+    g_ih.zero_()
+    torch.testing.assert_close(g_hh, want, atol=0, rtol=0)
+    assert want.abs().sum() > 0
+
+
+@pytest.mark.parametrize("cell,proj", [("lstm", 0), ("lstm", 2), ("gru", 0)], ids=["lstm", "lstm-proj2", "gru"])
+def test_create_graph_and_batched_cotangents_give_native_gradients(cell, proj):
+    """Under create_graph=True and with batched grad_outputs the backward runs through the
+    recorded layers: the first-order gradients are still nn.LSTM/nn.GRU's (biases and
+    lengths included), and so are the second-order ones."""
+    module = make_module(cell, proj, True, torch.float64)
+    x, h0, c0 = inputs(cell, proj, torch.float64)
+    lengths = torch.tensor(LENGTHS)
+    params = layer_params(module)
+    wrt = [t for t in [x, h0, c0, *params] if t is not None]
+    expected = native_run(module, cell, x, h0, c0, lengths)
+    g = torch.Generator().manual_seed(4)
+    cot = [torch.randn(r.shape, dtype=torch.float64, generator=g) if r is not None else None for r in expected]
+    expected_grads = torch.autograd.grad(loss_of(expected, cot), wrt, create_graph=True)
+    v = [torch.randn(t.shape, dtype=torch.float64, generator=g) for t in wrt]
+    expected_second = torch.autograd.grad(sum((e * w).sum() for e, w in zip(expected_grads, v)), wrt)
+
+    got = run_direction(cell, x, h0, c0, *params, lengths)
+    got_grads = torch.autograd.grad(loss_of(got, cot), wrt, create_graph=True)
+    for e, r in zip(expected_grads, got_grads):
+        torch.testing.assert_close(r, e, atol=1e-10, rtol=0)
+    got_second = torch.autograd.grad(sum((e * w).sum() for e, w in zip(got_grads, v)), wrt)
+    for e, r in zip(expected_second, got_second):
+        torch.testing.assert_close(r, e, atol=1e-10, rtol=0)
+
+    outs = [r for r in got if r is not None]
+    batched = [torch.stack([c, 2 * c]) for c in cot if c is not None]
+    got_batched = torch.autograd.grad(outs, wrt, batched, is_grads_batched=True)
+    for e, r in zip(expected_grads, got_batched):
+        torch.testing.assert_close(r[0], e.detach(), atol=1e-10, rtol=0)
+        torch.testing.assert_close(r[1], 2 * e.detach(), atol=1e-10, rtol=0)
+
