@@ -522,3 +522,119 @@ def test_create_graph_and_batched_cotangents_give_native_gradients(cell, proj):
         torch.testing.assert_close(r[0], e.detach(), atol=1e-10, rtol=0)
         torch.testing.assert_close(r[1], 2 * e.detach(), atol=1e-10, rtol=0)
 
+
+# ---- the scratch pool ------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["no_grad", "nothing-requires-grad"])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_inference_reuses_one_pooled_projection_buffer(cell, mode, monkeypatch):
+    """Without a graph to record (torch.no_grad, or no input requiring grad) the kernel records
+    nothing, its outputs equal the recording forward's (lengths included), and its input
+    projection lives in one pooled buffer that every call takes and gives back: the pool
+    neither grows nor is bypassed."""
+    from torch_impl.backends.bptt import lstm_gru
+
+    pool = lstm_gru._ScratchPool()
+    monkeypatch.setattr(lstm_gru, "_scratch", pool)
+    module = make_module(cell, 0, True, torch.float32)
+    x, h0, c0 = inputs(cell, 0, torch.float32)
+    lengths = torch.tensor(LENGTHS)
+    recorded = run_direction(cell, x, h0, c0, *layer_params(module), lengths)
+    gates = 4 if cell == "lstm" else 3
+    shared = torch.full((T, B, gates * H), float("nan"))
+    pool.give(shared)
+
+    args = [x, h0, c0, *layer_params(module)]
+    for _ in range(3):
+        if mode == "no_grad":
+            with torch.no_grad():
+                plain = run_direction(cell, *args, lengths)
+        else:
+            plain = run_direction(cell, *[a.detach() if a is not None else None for a in args], lengths)
+        assert plain[0].grad_fn is None and not plain[0].requires_grad
+        for a, b in zip(recorded, plain):
+            if a is not None:
+                torch.testing.assert_close(b, a.detach(), atol=0, rtol=0)
+    assert not torch.isnan(shared).any()  # the calls used the pooled buffer...
+    assert pool.take(shared.shape, x) is shared  # ...and gave it back
+    assert pool.take(shared.shape, x) is not shared  # and nothing else of that shape piled up
+    assert pool.take(shared.shape, x).data_ptr() != shared.data_ptr()
+
+
+def test_scratch_pool_hands_a_buffer_out_again_only_once_given_back():
+    from torch_impl.backends.bptt.lstm_gru import _ScratchPool
+
+    pool = _ScratchPool()
+    like = torch.empty(0)
+    a = pool.take((2, 3), like)
+    assert a.shape == (2, 3) and a.dtype == torch.float32 and a.device.type == "cpu"
+    b = pool.take((2, 3), like)
+    assert b.data_ptr() != a.data_ptr()  # a is in use
+    pool.give(None, a)  # None is skipped, not the end of the list
+    assert pool.take((2, 3), like) is a
+    assert pool.take((2, 3), like) is not a  # handed out once only
+    pool.give(a, b)
+    assert pool.take((3, 2), like) is not a and pool.take((3, 2), like) is not b  # other shape
+    assert pool.take((2, 3), torch.empty(0, dtype=torch.float64)).dtype == torch.float64  # other dtype
+    assert {id(pool.take((2, 3), like)), id(pool.take((2, 3), like))} == {id(a), id(b)}
+    fresh = pool.take((2, 3), like)
+    assert fresh is not a and fresh is not b
+    # non-CPU tensors are never pooled: a fresh one each time, of the asked shape
+    meta = torch.empty(0, device="meta")
+    m = pool.take((4, 5), meta)
+    assert m.shape == (4, 5) and m.device.type == "meta"
+    pool.give(m, a)
+    got = pool.take((4, 5), meta)
+    assert got is not m and got.shape == (4, 5)
+    assert pool.take((2, 3), like) is a  # a was kept although a meta buffer came first
+
+
+def test_scratch_pool_keeps_at_most_max_bytes():
+    from torch_impl.backends.bptt.lstm_gru import _ScratchPool
+
+    like = torch.empty(0)
+    size = torch.empty(2, 3).nbytes
+    pool = _ScratchPool(max_bytes=2 * size)
+    a, b, c = (torch.empty(2, 3) for _ in range(3))
+
+    def held():  # what the pool hands out before it has to allocate, in order
+        out = []
+        while True:
+            t = pool.take((2, 3), like)
+            if not any(t is u for u in (a, b, c)):
+                return out
+            out.append(t)
+
+    pool.give(a, b)  # exactly max_bytes: both kept
+    assert [id(t) for t in held()] == [id(b), id(a)]
+    pool.give(a, b, c)  # one too many: the pool is emptied, then keeps c
+    assert [id(t) for t in held()] == [id(c)]
+    for _ in range(3):  # taking and giving back keeps the count right
+        pool.give(a)
+        assert [id(t) for t in held()] == [id(a)]
+    pool.give(a, b)
+    assert [id(t) for t in held()] == [id(b), id(a)]
+    pool.give(a, b)  # full; taking one out and giving it back leaves it full, not over
+    assert pool.take((2, 3), like) is b
+    pool.give(b)
+    assert [id(t) for t in held()] == [id(b), id(a)]
+    pool.give(a)
+    pool.give(b)
+    pool.give(c)
+    assert [id(t) for t in held()] == [id(c)]
+
+
+def test_scratch_pool_is_per_thread():
+    import threading
+
+    from torch_impl.backends.bptt.lstm_gru import _ScratchPool
+
+    pool = _ScratchPool()
+    a = torch.empty(2, 3)
+    pool.give(a)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(pool.take((2, 3), a)))
+    thread.start()
+    thread.join()
+    assert len(seen) == 1 and seen[0] is not a
+    assert pool.take((2, 3), a) is a
+
