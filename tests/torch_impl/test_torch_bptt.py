@@ -638,3 +638,49 @@ def test_scratch_pool_is_per_thread():
     assert len(seen) == 1 and seen[0] is not a
     assert pool.take((2, 3), a) is a
 
+
+# ---- bad input: the exact error, naming the argument and what it got --------------------
+@pytest.mark.parametrize("overrides,error,match", [
+    (dict(x=torch.randn(T, I)), ValueError, r"x must be a 3-D tensor \(T, B, I\), got tensor of shape \(5, 3\)"),
+    (dict(x=[[1.0]]), ValueError, r"x must be a 3-D tensor \(T, B, I\), got list"),
+    (dict(x=torch.ones(T, B, I, dtype=torch.int64)), TypeError,
+     r"x must be a floating-point tensor, got dtype torch.int64"),
+    (dict(x=torch.randn(0, B, I)), ValueError, r"x must have at least one step, got shape \(0, 4, 3\)"),
+    (dict(w_hh=torch.randn(4 * H)), ValueError,
+     r"w_hh must be a 2-D tensor \(4\*hidden_size, h_size\) for lstm, got tensor of shape \(16,\)"),
+    (dict(w_hh=None), ValueError, r"w_hh must be a 2-D tensor .* got NoneType"),
+    (dict(w_hh=torch.randn(4 * H, H + 1)), ValueError,
+     r"w_hh has 5 columns but hidden_size is 4; without w_hr \(projection\) they must be equal"),
+    (dict(w_ih=None), ValueError, r"^w_ih is required$"),
+    (dict(b_ih=None, b_hh=None, h0=torch.randn(B + 1, H)), ValueError, r"h0 has shape \(5, 4\), expected \(4, 4\)"),
+    (dict(h0=[[0.0] * H] * B), TypeError, r"h0 must be a torch.Tensor or None, got list"),
+    (dict(h0=torch.empty(B, H, device="meta")), ValueError, r"h0 is on meta, expected x's device cpu"),
+    (dict(b_hh=torch.randn(3)), ValueError, r"b_hh has shape \(3,\), expected \(16,\)"),
+    (dict(lengths=torch.tensor([1, 2, 3])), ValueError,
+     r"lengths must be a tensor of shape \(4,\), got tensor of shape \(3,\)"),
+    (dict(lengths=[1, 2, 3, 4]), ValueError, r"lengths must be a tensor of shape \(4,\), got list"),
+    (dict(lengths=torch.ones(B, dtype=torch.int64, device="meta")), ValueError,
+     r"lengths is on meta, expected x's device cpu"),
+], ids=["x-2d", "x-list", "x-int", "x-no-steps", "w_hh-1d", "w_hh-none", "w_hh-columns", "w_ih-none",
+        "h0-shape-no-bias", "h0-list", "h0-device", "b_hh-shape", "lengths-shape", "lengths-list",
+        "lengths-device"])
+def test_bad_input_raises_the_exact_error_naming_what_it_got(overrides, error, match):
+    with pytest.raises(error, match=match):
+        run_direction(**_lstm_args(**overrides))
+
+
+@pytest.mark.parametrize("overrides,error,match", [
+    (dict(h0=torch.randn(B + 1, H)), ValueError, r"h0 has shape \(5, 4\), expected \(4, 4\) \(cell=gru"),
+    (dict(b_ih=torch.randn(4 * H)), ValueError, r"b_ih has shape \(16,\), expected \(12,\)"),
+    (dict(b_hh=torch.randn(4 * H)), ValueError, r"b_hh has shape \(16,\), expected \(12,\)"),
+    (dict(lengths=torch.tensor([1, 2, 3])), ValueError, r"lengths must be a tensor of shape \(4,\)"),
+    (dict(lengths=torch.tensor([1, 2, 0, 3])), ValueError, r"lengths must be in \[1, T=5\], got values in \[0, 3\]"),
+], ids=["h0-shape", "b_ih-shape", "b_hh-shape", "lengths-shape", "lengths-range"])
+def test_gru_bad_input_raises_the_exact_error(overrides, error, match):
+    module = make_module("gru", 0, True, torch.float32)
+    x, h0, _ = inputs("gru", 0, torch.float32)
+    w_ih, w_hh, b_ih, b_hh, _ = layer_params(module)
+    args = dict(cell="gru", x=x, h0=h0, c0=None, w_ih=w_ih, w_hh=w_hh, b_ih=b_ih, b_hh=b_hh, w_hr=None, lengths=None)
+    args.update(overrides)
+    with pytest.raises(error, match=match):
+        run_direction(**args)
