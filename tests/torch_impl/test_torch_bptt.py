@@ -390,3 +390,297 @@ def test_double_backward_runs_through_the_recorded_layers(cell):
 
     args = tuple(a for a in (x, h0, c0, *params))
     assert torch.autograd.gradgradcheck(fn, args, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+# ---- gradients at odd sizes, one bias, the recorded path ----------------------------------
+def _native_and_kernel_grads(cell, proj, x, h0, c0, module, weights, lengths, cotangents=None, seed=3):
+    """(native outputs, native grads, kernel outputs, kernel grads) w.r.t. x, h0, c0 and the
+    given weights (the module's parameters, or stand-ins for them)."""
+    native_wrt = [t for t in [x, h0, c0, *layer_params(module)] if t is not None]
+    wrt = [t for t in [x, h0, c0, *weights] if t is not None]
+    expected = native_run(module, cell, x, h0, c0, lengths)
+    g = torch.Generator().manual_seed(seed)
+    cot = cotangents or [torch.randn(r.shape, dtype=r.dtype, generator=g) if r is not None else None
+                         for r in expected]
+    expected_grads = torch.autograd.grad(loss_of(expected, cot), native_wrt)
+    got = run_direction(cell, x, h0, c0, *weights, lengths)
+    got_grads = torch.autograd.grad(loss_of(got, cot), wrt)
+    return expected, expected_grads, got, got_grads
+
+
+@pytest.mark.parametrize("steps,batch,hidden", [(2, 1, 5), (3, 2, 5), (1, 3, 6)], ids=["T2-B1-H5", "T3-B2-H5", "T1-B3-H6"])
+@pytest.mark.parametrize("cell,proj", [("lstm", 0), ("lstm", 3), ("gru", 0)], ids=["lstm", "lstm-proj3", "gru"])
+def test_odd_sizes_match_native_without_warnings(cell, proj, steps, batch, hidden):
+    """Sizes where T, B and H differ (a single sequence, H not a divisor of anything): outputs
+    and every gradient equal nn.LSTM/nn.GRU's, with and without gradients recorded, and the
+    kernel warns about nothing (no silently resized buffer)."""
+    import warnings
+
+    torch.manual_seed(0)
+    if cell == "lstm":
+        module = torch.nn.LSTM(I, hidden, proj_size=proj, dtype=torch.float64)
+    else:
+        module = torch.nn.GRU(I, hidden, dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(steps, batch, I, dtype=torch.float64, generator=g).requires_grad_()
+    h0 = torch.randn(batch, proj or hidden, dtype=torch.float64, generator=g).requires_grad_()
+    c0 = torch.randn(batch, hidden, dtype=torch.float64, generator=g).requires_grad_() if cell == "lstm" else None
+    for lengths in (None, torch.arange(batch, dtype=torch.int64) % steps + 1):
+        expected, expected_grads, _, _ = _native_and_kernel_grads(cell, proj, x, h0, c0, module,
+                                                                  layer_params(module), lengths)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _, _, got, got_grads = _native_and_kernel_grads(cell, proj, x, h0, c0, module,
+                                                            layer_params(module), lengths)
+            with torch.no_grad():
+                plain = run_direction(cell, x, h0, c0, *layer_params(module), lengths)
+            zero_state = run_direction(cell, x, None, None, *layer_params(module), lengths)
+        for e, r, p in zip(expected, got, plain):
+            if e is not None:
+                torch.testing.assert_close(r, e, atol=1e-12, rtol=0)
+                torch.testing.assert_close(p, e, atol=1e-12, rtol=0)
+        for e, r in zip(expected_grads, got_grads):
+            torch.testing.assert_close(r, e, atol=1e-12, rtol=0)
+        zeros = (torch.zeros(batch, proj or hidden, dtype=torch.float64),
+                 torch.zeros(batch, hidden, dtype=torch.float64) if cell == "lstm" else None)
+        want = native_run(module, cell, x, *zeros, lengths)
+        for e, r in zip(want, zero_state):
+            if e is not None:
+                torch.testing.assert_close(r, e, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("which", ["b_ih", "b_hh"])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_single_bias_equals_native_with_the_other_bias_zero(cell, which):
+    """One bias given, the other None: the same outputs and gradients as the built-in module
+    whose other bias is zero (and no gradient is handed to the absent one)."""
+    module = make_module(cell, 0, True, torch.float64)
+    other = "bias_hh_l0" if which == "b_ih" else "bias_ih_l0"
+    with torch.no_grad():
+        getattr(module, other).zero_()
+    w_ih, w_hh, b_ih, b_hh, _ = layer_params(module)
+    weights = [w_ih, w_hh, b_ih if which == "b_ih" else None, b_hh if which == "b_hh" else None, None]
+    x, h0, c0 = inputs(cell, 0, torch.float64)
+    for lengths in (None, torch.tensor(LENGTHS)):
+        expected, expected_grads, got, got_grads = _native_and_kernel_grads(cell, 0, x, h0, c0, module, weights,
+                                                                            lengths)
+        for e, r in zip(expected, got):
+            if e is not None:
+                torch.testing.assert_close(r, e, atol=1e-12, rtol=0)
+        # native grads: x, h0, (c0), w_ih, w_hh, b_ih, b_hh; the kernel's lack the zeroed bias
+        n_state = 3 if cell == "lstm" else 2
+        keep = [i for i in range(len(expected_grads)) if i != n_state + 2 + (1 if which == "b_ih" else 0)]
+        assert len(got_grads) == len(keep)
+        for i, r in zip(keep, got_grads):
+            torch.testing.assert_close(r, expected_grads[i], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_bias_gradients_are_separate_tensors(cell):
+    """d b_ih and d b_hh are equal in value (both biases are summed), but they are two tensors:
+    changing one in place (an optimizer, a hook) must not change the other."""
+    module = make_module(cell, 0, True, torch.float64)
+    x, h0, c0 = inputs(cell, 0, torch.float64)
+    w_ih, w_hh, b_ih, b_hh, _ = layer_params(module)
+    out = run_direction(cell, x, h0, c0, w_ih, w_hh, b_ih, b_hh, None, None)
+    g_ih, g_hh = torch.autograd.grad(out[0].sum(), [b_ih, b_hh])
+    want = g_hh.clone()
+    g_ih.zero_()
+    torch.testing.assert_close(g_hh, want, atol=0, rtol=0)
+    assert want.abs().sum() > 0
+
+
+@pytest.mark.parametrize("cell,proj", [("lstm", 0), ("lstm", 2), ("gru", 0)], ids=["lstm", "lstm-proj2", "gru"])
+def test_create_graph_and_batched_cotangents_give_native_gradients(cell, proj):
+    """Under create_graph=True and with batched grad_outputs the backward runs through the
+    recorded layers: the first-order gradients are still nn.LSTM/nn.GRU's (biases and
+    lengths included), and so are the second-order ones."""
+    module = make_module(cell, proj, True, torch.float64)
+    x, h0, c0 = inputs(cell, proj, torch.float64)
+    lengths = torch.tensor(LENGTHS)
+    params = layer_params(module)
+    wrt = [t for t in [x, h0, c0, *params] if t is not None]
+    expected = native_run(module, cell, x, h0, c0, lengths)
+    g = torch.Generator().manual_seed(4)
+    cot = [torch.randn(r.shape, dtype=torch.float64, generator=g) if r is not None else None for r in expected]
+    expected_grads = torch.autograd.grad(loss_of(expected, cot), wrt, create_graph=True)
+    v = [torch.randn(t.shape, dtype=torch.float64, generator=g) for t in wrt]
+    expected_second = torch.autograd.grad(sum((e * w).sum() for e, w in zip(expected_grads, v)), wrt)
+
+    got = run_direction(cell, x, h0, c0, *params, lengths)
+    got_grads = torch.autograd.grad(loss_of(got, cot), wrt, create_graph=True)
+    for e, r in zip(expected_grads, got_grads):
+        torch.testing.assert_close(r, e, atol=1e-10, rtol=0)
+    got_second = torch.autograd.grad(sum((e * w).sum() for e, w in zip(got_grads, v)), wrt)
+    for e, r in zip(expected_second, got_second):
+        torch.testing.assert_close(r, e, atol=1e-10, rtol=0)
+
+    outs = [r for r in got if r is not None]
+    batched = [torch.stack([c, 2 * c]) for c in cot if c is not None]
+    got_batched = torch.autograd.grad(outs, wrt, batched, is_grads_batched=True)
+    for e, r in zip(expected_grads, got_batched):
+        torch.testing.assert_close(r[0], e.detach(), atol=1e-10, rtol=0)
+        torch.testing.assert_close(r[1], 2 * e.detach(), atol=1e-10, rtol=0)
+
+
+# ---- the scratch pool ------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["no_grad", "nothing-requires-grad"])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_inference_reuses_one_pooled_projection_buffer(cell, mode, monkeypatch):
+    """Without a graph to record (torch.no_grad, or no input requiring grad) the kernel records
+    nothing, its outputs equal the recording forward's (lengths included), and its input
+    projection lives in one pooled buffer that every call takes and gives back: the pool
+    neither grows nor is bypassed."""
+    from torch_impl.backends.bptt import lstm_gru
+
+    pool = lstm_gru._ScratchPool()
+    monkeypatch.setattr(lstm_gru, "_scratch", pool)
+    module = make_module(cell, 0, True, torch.float32)
+    x, h0, c0 = inputs(cell, 0, torch.float32)
+    lengths = torch.tensor(LENGTHS)
+    recorded = run_direction(cell, x, h0, c0, *layer_params(module), lengths)
+    gates = 4 if cell == "lstm" else 3
+    shared = torch.full((T, B, gates * H), float("nan"))
+    pool.give(shared)
+
+    args = [x, h0, c0, *layer_params(module)]
+    for _ in range(3):
+        if mode == "no_grad":
+            with torch.no_grad():
+                plain = run_direction(cell, *args, lengths)
+        else:
+            plain = run_direction(cell, *[a.detach() if a is not None else None for a in args], lengths)
+        assert plain[0].grad_fn is None and not plain[0].requires_grad
+        for a, b in zip(recorded, plain):
+            if a is not None:
+                torch.testing.assert_close(b, a.detach(), atol=0, rtol=0)
+    assert not torch.isnan(shared).any()  # the calls used the pooled buffer...
+    assert pool.take(shared.shape, x) is shared  # ...and gave it back
+    assert pool.take(shared.shape, x) is not shared  # and nothing else of that shape piled up
+    assert pool.take(shared.shape, x).data_ptr() != shared.data_ptr()
+
+
+def test_scratch_pool_hands_a_buffer_out_again_only_once_given_back():
+    from torch_impl.backends.bptt.lstm_gru import _ScratchPool
+
+    pool = _ScratchPool()
+    like = torch.empty(0)
+    a = pool.take((2, 3), like)
+    assert a.shape == (2, 3) and a.dtype == torch.float32 and a.device.type == "cpu"
+    b = pool.take((2, 3), like)
+    assert b.data_ptr() != a.data_ptr()  # a is in use
+    pool.give(None, a)  # None is skipped, not the end of the list
+    assert pool.take((2, 3), like) is a
+    assert pool.take((2, 3), like) is not a  # handed out once only
+    pool.give(a, b)
+    assert pool.take((3, 2), like) is not a and pool.take((3, 2), like) is not b  # other shape
+    assert pool.take((2, 3), torch.empty(0, dtype=torch.float64)).dtype == torch.float64  # other dtype
+    assert {id(pool.take((2, 3), like)), id(pool.take((2, 3), like))} == {id(a), id(b)}
+    fresh = pool.take((2, 3), like)
+    assert fresh is not a and fresh is not b
+    # non-CPU tensors are never pooled: a fresh one each time, of the asked shape
+    meta = torch.empty(0, device="meta")
+    m = pool.take((4, 5), meta)
+    assert m.shape == (4, 5) and m.device.type == "meta"
+    pool.give(m, a)
+    got = pool.take((4, 5), meta)
+    assert got is not m and got.shape == (4, 5)
+    assert pool.take((2, 3), like) is a  # a was kept although a meta buffer came first
+
+
+def test_scratch_pool_keeps_at_most_max_bytes():
+    from torch_impl.backends.bptt.lstm_gru import _ScratchPool
+
+    like = torch.empty(0)
+    size = torch.empty(2, 3).nbytes
+    pool = _ScratchPool(max_bytes=2 * size)
+    a, b, c = (torch.empty(2, 3) for _ in range(3))
+
+    def held():  # what the pool hands out before it has to allocate, in order
+        out = []
+        while True:
+            t = pool.take((2, 3), like)
+            if not any(t is u for u in (a, b, c)):
+                return out
+            out.append(t)
+
+    pool.give(a, b)  # exactly max_bytes: both kept
+    assert [id(t) for t in held()] == [id(b), id(a)]
+    pool.give(a, b, c)  # one too many: the pool is emptied, then keeps c
+    assert [id(t) for t in held()] == [id(c)]
+    for _ in range(3):  # taking and giving back keeps the count right
+        pool.give(a)
+        assert [id(t) for t in held()] == [id(a)]
+    pool.give(a, b)
+    assert [id(t) for t in held()] == [id(b), id(a)]
+    pool.give(a, b)  # full; taking one out and giving it back leaves it full, not over
+    assert pool.take((2, 3), like) is b
+    pool.give(b)
+    assert [id(t) for t in held()] == [id(b), id(a)]
+    pool.give(a)
+    pool.give(b)
+    pool.give(c)
+    assert [id(t) for t in held()] == [id(c)]
+
+
+def test_scratch_pool_is_per_thread():
+    import threading
+
+    from torch_impl.backends.bptt.lstm_gru import _ScratchPool
+
+    pool = _ScratchPool()
+    a = torch.empty(2, 3)
+    pool.give(a)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(pool.take((2, 3), a)))
+    thread.start()
+    thread.join()
+    assert len(seen) == 1 and seen[0] is not a
+    assert pool.take((2, 3), a) is a
+
+
+# ---- bad input: the exact error, naming the argument and what it got --------------------
+@pytest.mark.parametrize("overrides,error,match", [
+    (dict(x=torch.randn(T, I)), ValueError, r"x must be a 3-D tensor \(T, B, I\), got tensor of shape \(5, 3\)"),
+    (dict(x=[[1.0]]), ValueError, r"x must be a 3-D tensor \(T, B, I\), got list"),
+    (dict(x=torch.ones(T, B, I, dtype=torch.int64)), TypeError,
+     r"x must be a floating-point tensor, got dtype torch.int64"),
+    (dict(x=torch.randn(0, B, I)), ValueError, r"x must have at least one step, got shape \(0, 4, 3\)"),
+    (dict(w_hh=torch.randn(4 * H)), ValueError,
+     r"w_hh must be a 2-D tensor \(4\*hidden_size, h_size\) for lstm, got tensor of shape \(16,\)"),
+    (dict(w_hh=None), ValueError, r"w_hh must be a 2-D tensor .* got NoneType"),
+    (dict(w_hh=torch.randn(4 * H, H + 1)), ValueError,
+     r"w_hh has 5 columns but hidden_size is 4; without w_hr \(projection\) they must be equal"),
+    (dict(w_ih=None), ValueError, r"^w_ih is required$"),
+    (dict(b_ih=None, b_hh=None, h0=torch.randn(B + 1, H)), ValueError, r"h0 has shape \(5, 4\), expected \(4, 4\)"),
+    (dict(h0=[[0.0] * H] * B), TypeError, r"h0 must be a torch.Tensor or None, got list"),
+    (dict(h0=torch.empty(B, H, device="meta")), ValueError, r"h0 is on meta, expected x's device cpu"),
+    (dict(b_hh=torch.randn(3)), ValueError, r"b_hh has shape \(3,\), expected \(16,\)"),
+    (dict(lengths=torch.tensor([1, 2, 3])), ValueError,
+     r"lengths must be a tensor of shape \(4,\), got tensor of shape \(3,\)"),
+    (dict(lengths=[1, 2, 3, 4]), ValueError, r"lengths must be a tensor of shape \(4,\), got list"),
+    (dict(lengths=torch.ones(B, dtype=torch.int64, device="meta")), ValueError,
+     r"lengths is on meta, expected x's device cpu"),
+], ids=["x-2d", "x-list", "x-int", "x-no-steps", "w_hh-1d", "w_hh-none", "w_hh-columns", "w_ih-none",
+        "h0-shape-no-bias", "h0-list", "h0-device", "b_hh-shape", "lengths-shape", "lengths-list",
+        "lengths-device"])
+def test_bad_input_raises_the_exact_error_naming_what_it_got(overrides, error, match):
+    with pytest.raises(error, match=match):
+        run_direction(**_lstm_args(**overrides))
+
+
+@pytest.mark.parametrize("overrides,error,match", [
+    (dict(h0=torch.randn(B + 1, H)), ValueError, r"h0 has shape \(5, 4\), expected \(4, 4\) \(cell=gru"),
+    (dict(b_ih=torch.randn(4 * H)), ValueError, r"b_ih has shape \(16,\), expected \(12,\)"),
+    (dict(b_hh=torch.randn(4 * H)), ValueError, r"b_hh has shape \(16,\), expected \(12,\)"),
+    (dict(lengths=torch.tensor([1, 2, 3])), ValueError, r"lengths must be a tensor of shape \(4,\)"),
+    (dict(lengths=torch.tensor([1, 2, 0, 3])), ValueError, r"lengths must be in \[1, T=5\], got values in \[0, 3\]"),
+], ids=["h0-shape", "b_ih-shape", "b_hh-shape", "lengths-shape", "lengths-range"])
+def test_gru_bad_input_raises_the_exact_error(overrides, error, match):
+    module = make_module("gru", 0, True, torch.float32)
+    x, h0, _ = inputs("gru", 0, torch.float32)
+    w_ih, w_hh, b_ih, b_hh, _ = layer_params(module)
+    args = dict(cell="gru", x=x, h0=h0, c0=None, w_ih=w_ih, w_hh=w_hh, b_ih=b_ih, b_hh=b_hh, w_hr=None, lengths=None)
+    args.update(overrides)
+    with pytest.raises(error, match=match):
+        run_direction(**args)
