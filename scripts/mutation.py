@@ -109,6 +109,45 @@ EQUIVALENT: list[dict] = [
          after=r"(.*) if \(need\[\d\]\) or True else None",
          reason="a gradient computed for an input that needs none: autograd drops it (the tests ask for each "
                 "gradient alone too, so a needed one left out would fail)"),
+    # lstm_gru.py, checked by applying each mutant against tests/torch_impl/test_torch_bptt.py
+    dict(module="torch_impl/backends/bptt/lstm_gru.py", function="x__input_projection",
+         before=r"return Gemm\(w, x_flat\.shape\[0\]\)\(x_flat, bias, out=out\)",
+         after=r"return Gemm\(w, x_flat\.shape\[1\]\)\(x_flat, bias, out=out\)",
+         reason="Gemm's batch_size is a layout hint for oneDNN's packed weight: any row count works"),
+    dict(module="torch_impl/backends/bptt/lstm_gru.py", function="x__dw_hh", before=r"if T > 1:",
+         after=r"if T >= 1:", reason="at T = 1 the extra addmm_ multiplies empty (4H x 0)(0 x P) matrices: adds 0"),
+    dict(module="torch_impl/backends/bptt/lstm_gru.py", function=r".*",
+         before=r".*(_valid_mask\(lengths, T, (x|dout)\.dtype\)|\.to\((dtype|dc\.dtype)\)).*",
+         after=r".*(_valid_mask\(lengths, T, None\)|\.to\(None\)).*",
+         reason="the mask stays bool: multiplying (or addcmul_) by a bool mask gives the same values in the "
+                "other operand's float dtype"),
+    dict(module="torch_impl/backends/bptt/lstm_gru.py", function=r"x__(lstm|gru)_forward",
+         before=r".* = x\.new_empty\(.*\) if for_backward else _scratch\.take\(.*\)",
+         after=r".* = x\.new_empty\(.*\) if \(for_backward\) and False else _scratch\.take\(.*\)",
+         reason="training then takes its saved buffer from the pool, which pops it and never gets it back: "
+                "nothing is shared, only memory reuse changes"),
+    dict(module="torch_impl/backends/bptt/lstm_gru.py", function=r"x__gru_forward|x_lstm",
+         before=r"(ones = x\.new_ones|c0 = x\.new_zeros)\(B, H\).*", after=r"(ones = x\.new_ones|c0 = x\.new_zeros)\(H\).*",
+         reason="an all-ones or all-zeros (H,) tensor broadcasts to the same (B, H) values (and this c0 never "
+                "requires a gradient)"),
+    dict(module="torch_impl/backends/bptt/lstm_gru.py", function=r".*", before=r".* if w_hr is not None else None.*",
+         after=r".* if \(w_hr is not None\) or True else None.*",
+         reason="without a projection the buffer is allocated but never written or read for a result"),
+    dict(module="torch_impl/backends/bptt/lstm_gru.py", function=r"x_(lstm|gru)", before=r".*for_backward=False\)",
+         after=r".*for_backward=None\)", reason="None is falsy: every branch on for_backward goes the same way"),
+    dict(module="torch_impl/backends/bptt/lstm_gru.py", function=r".*backward",
+         before=r"db = dG_flat\.sum\(0\) if \(need\[5\] or need\[6\]\) else None",
+         after=r"db = .* or True else None",
+         reason="db computed when no bias needs it: db_ih and db_hh are still gated by need[5] and need[6]"),
+    dict(module="torch_impl/backends/bptt/lstm_gru.py", function=r".*backward",
+         before=r"db_hh = \(db\.clone\(\) if need\[5\] else db\) if need\[6\] else None.*",
+         after=r"db_hh = \(db\.clone\(\) if (\(need\[5\]\) or True|need\[6\]) else db\) if need\[6\] else None.*",
+         reason="inside `if need[6]` both always clone: the same values, still two distinct tensors"),
+    dict(module="torch_impl/backends/bptt/lstm_gru.py", function=r".*backward",
+         before=r"dw_hr = .* if \(w_hr is not None and need\[7\]\) else None",
+         after=r"dw_hr = .* if \(w_hr is not None or need\[7\]\) else None",
+         reason="with w_hr present it only adds a gradient for a w_hr that needs none, which autograd drops "
+                "(w_hr None and need[7] cannot both hold)"),
 ]
 
 
