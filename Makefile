@@ -76,7 +76,7 @@ reproducibility: venv
 
 # Mutation testing (mutmut, pinned, in a venv of its own that sees the project's packages through a
 # .pth file) of the kernels, the reference and the statistics, each module against its targeted
-# tests; about an hour for all modules: run it alone.
+# tests; the torch and shared modules take minutes each (the JAX ones hang under mutmut: docs/parity.md); run it alone.
 mutation: venv
 	@[ -x .venv-mutation/bin/mutmut ] || { rm -rf .venv-mutation && $(PYTHON) -m venv .venv-mutation && .venv-mutation/bin/pip install --quiet -r requirements-mutation.txt -c constraints.txt; }
 	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
