@@ -95,9 +95,14 @@ GATE_WORKLOADS = [QUICK[0], Workload("M50", seq_len=50, batch=32, input_size=256
 _BY_NAME = {w.name: w for w in WORKLOADS}
 _BUILDABLE = {**{w.name: w for w in GATE_WORKLOADS}, **_BY_NAME}  # what _build accepts
 _OPTIONS = os.environ.get("RNNBENCH_OPTIONS", "").strip()
-OPTION_NAMES = list(registry.MEASURED_OPTIONS) if _OPTIONS == "all" else [
+# (no options asked: no call, so that the suite still imports older commits' registries, which had none)
+OPTION_NAMES = [] if not _OPTIONS else list(registry.MEASURED_OPTIONS) if _OPTIONS == "all" else [
     registry.get(n).name for n in registry.split_names(_OPTIONS)]  # a malformed or unknown name fails here
-PARAMS = [registry.names() + OPTION_NAMES, list(CELL_DEFS), list(_BY_NAME), DTYPES]
+# Names a rung had in older commits (asv runs this suite against the project's history): the
+# parameters carry today's name at every commit, so that one history line follows one rung.
+PREVIOUS_NAMES = {"torch.bptt": "torch.autograd"}
+_TODAYS = {old: new for new, old in PREVIOUS_NAMES.items()}
+PARAMS = [[_TODAYS.get(n, n) for n in registry.names()] + OPTION_NAMES, list(CELL_DEFS), list(_BY_NAME), DTYPES]
 PARAM_NAMES = ["impl", "cell", "workload", "dtype"]
 
 
@@ -111,9 +116,6 @@ def _older_api(fn, *args, **options):
         options = {k: v for k, v in options.items() if k in params}
     return fn(*args, **options)
 
-
-# Names a rung had in older commits (asv runs this suite against the project's history).
-PREVIOUS_NAMES = {"torch.bptt": "torch.autograd"}
 
 
 def _row(impl: str):
