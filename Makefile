@@ -87,7 +87,7 @@ mutation: venv
 # each (about an hour; alone), results committed under docs/records/asv/results, verdicts in
 # docs/records/asv_history.json (scripts/asv_history.py).
 bench-history-sample: venv
-	$(PY) scripts/asv_history.py --commits $(or $(COMMITS),20) --rounds $(or $(ROUNDS),2)
+	$(PY) scripts/asv_history.py --commits $(or $(COMMITS),21) --rounds $(or $(ROUNDS),2)
 
 # Publish this machine's results with the committed history (docs/records/asv/results: every machine's
 # that was collected there; local files win), offline-ready.

@@ -1,6 +1,6 @@
 """The project's own history in asv: the gate's benchmarks over commits sampled from its history.
 
-    python scripts/asv_history.py --commits 20 --rounds 2       (make bench-history-sample; alone: about an hour)
+    python scripts/asv_history.py --commits 21 --rounds 2       (make bench-history-sample; alone: about an hour)
     python scripts/asv_history.py --from-results                 (verdicts again from the committed results)
 
 Picks COMMITS commits evenly spaced (first parent) from FIRST, the oldest commit this suite can
@@ -82,7 +82,9 @@ def run(commits: list[str], rounds: int, machine: str, bench: str = GATE_SET) ->
     asv("machine", "--machine", machine, "--yes")
     hashfile = ROOT / ".asv" / "history-commits.txt"
     hashfile.parent.mkdir(exist_ok=True)
-    hashfile.write_text("\n".join(commits) + "\n")
+    # newest first: asv discovers the benchmarks (and their parameters, the registry's rungs) at the
+    # file's first commit, and a rung added later would be missing from an older commit's list
+    hashfile.write_text("\n".join(reversed(commits)) + "\n")
     proc = asv("run", f"HASHFILE:{hashfile}", "--machine", machine, "--record-samples", "-a", f"rounds={rounds}",
                "--interleave-rounds", "--show-stderr", "-b", bench, env=ENV, check=False)
     print(proc.stdout[-4000:], proc.stderr[-4000:])
@@ -96,6 +98,21 @@ def collect(machine: str) -> None:
     for path in (src / machine).glob("*.json"):
         shutil.copy2(path, dst / path.name)
     shutil.copy2(src / "benchmarks.json", HISTORY / "benchmarks.json")
+
+
+def measured(machine: str, commits: list[str]) -> dict[str, list[str]]:
+    """The sampled commits at which some gate benchmark has a ratio, and those at which none has
+    (every benchmark failed: the commit's own code raised, which asv records as failed)."""
+    out: dict[str, list[str]] = {"measured": [], "failed": []}
+    for commit in commits:
+        path = HISTORY / machine / f"{commit[:8]}-virtualenv-py3.11.json"
+        ok = False
+        if path.exists():
+            data = json.loads(path.read_text())
+            entry = dict(zip(data["result_columns"], data["results"].get("rnn.PairedRatio.track_train_ratio", [])))
+            ok = any(isinstance(v, float) and 0 < v < 100 for v in entry.get("result") or [])
+        out["measured" if ok else "failed"].append(commit[:8])
+    return out
 
 
 def history_config() -> Path:
@@ -157,7 +174,7 @@ def summarize(pairs: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--commits", type=int, default=20)
+    p.add_argument("--commits", type=int, default=21)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--machine", default=None, help="asv machine name (default: the CPU class)")
     p.add_argument("--last", default="HEAD")
@@ -176,7 +193,7 @@ def main(argv=None) -> int:
     pairs = verdicts(commits, machine)
     record = dict(machine=machine, commits=commits, sampled=len(commits), rounds=args.rounds, factor=FACTOR,
                   benchmarks=args.bench,
-                  environment=ENV, pairs=pairs, **summarize(pairs))
+                  environment=ENV, pairs=pairs, **measured(machine, commits), **summarize(pairs))
     if not args.from_results:
         record.update(started=started.isoformat(timespec="seconds"),
                       minutes=(datetime.now(timezone.utc) - started).total_seconds() / 60)

@@ -185,3 +185,19 @@ def test_history_samples_commits_evenly_from_the_first_the_suite_can_import():
     gaps = [b - a for a, b in zip(positions, positions[1:])]
     assert max(gaps) - min(gaps) <= 1  # evenly spaced
     assert re.fullmatch(r"[A-Za-z0-9-]+-\d+cpu", h.machine_name())
+
+
+def test_the_committed_history_has_twenty_measured_commits_and_its_verdicts():
+    """docs/records/asv/results (what `make bench-publish` publishes): the machine of the last
+    history run has a measured gate benchmark (a ratio) at twenty or more of the commits it sampled,
+    the others are listed as failed (the commit's own code raised), and the record's verdicts
+    cover each consecutive pair."""
+    h = _asv_history()
+    record = json.loads(h.RECORD.read_text())
+    assert record["sampled"] == len(record["commits"])
+    assert h.measured(record["machine"], record["commits"]) == {"measured": record["measured"],
+                                                                 "failed": record["failed"]}
+    assert len(record["measured"]) >= 20
+    assert [(p["base"], p["head"]) for p in record["pairs"]] == [
+        (a[:8], b[:8]) for a, b in zip(record["commits"], record["commits"][1:])]
+    assert record["compared"] == sum(len(p["rows"]) for p in record["pairs"]) > 0
