@@ -52,7 +52,8 @@ bench-quick: venv
 # asv builds its own virtualenv per commit (pinned CPU deps) and back-fills history
 bench-history: venv
 	$(ASV) machine --yes
-	$(ASV) run $(RANGE) $(BENCH_ARGS); s=$$?; $(ASV) publish && $(PY) scripts/asv_offline.py .asv/html && exit $$s
+	RNNBENCH_ASV_PARAMS="$$(PYTHONPATH=. $(PY) benchmarks/rnn.py --params)" $(ASV) run $(RANGE) $(BENCH_ARGS); s=$$?; \
+	  $(ASV) publish && $(PY) scripts/asv_offline.py .asv/html && exit $$s
 
 # Several machines, one history: each ran `make bench MACHINE=name`; FROM names the copies of their
 # .asv/results folders (docs/asv.md "Several machines in one history")

@@ -51,6 +51,7 @@ synchronizes the device (the Workload protocol), so times are device-complete.
 from __future__ import annotations
 
 import gc
+import json
 import math
 import os
 import statistics
@@ -102,7 +103,24 @@ OPTION_NAMES = [] if not _OPTIONS else list(registry.MEASURED_OPTIONS) if _OPTIO
 # parameters carry today's name at every commit, so that one history line follows one rung.
 PREVIOUS_NAMES = {"torch.bptt": "torch.autograd"}
 _TODAYS = {old: new for new, old in PREVIOUS_NAMES.items()}
-PARAMS = [[_TODAYS.get(n, n) for n in registry.names()] + OPTION_NAMES, list(CELL_DEFS), list(_BY_NAME), DTYPES]
+IMPLS = [_TODAYS.get(n, n) for n in registry.names()]
+
+
+def _pinned(suite: str, params: list[list[str]]) -> list[list[str]]:
+    """`params`, or the lists RNNBENCH_ASV_PARAMS pins for `suite`.
+
+    asv names a result after the parameter lists it discovered (at one commit), but a benchmark
+    process picks its combination by *index* into the lists this module computes when it runs, at
+    the commit being measured. Where the lists differ between commits (a rung, a cell or a workload
+    added), an older commit would measure one combination under another's name. The targets that
+    run several commits (make bench-history, make bench-compare, scripts/asv_history.py) therefore
+    pin every suite's lists to the working tree's (`python benchmarks/rnn.py --params`); a name the
+    measured commit lacks is then skipped (NotImplementedError), never confused with another."""
+    pinned = os.environ.get("RNNBENCH_ASV_PARAMS")
+    return json.loads(pinned)[suite] if pinned else params
+
+
+PARAMS = [IMPLS + OPTION_NAMES, list(CELL_DEFS), list(_BY_NAME), DTYPES]
 PARAM_NAMES = ["impl", "cell", "workload", "dtype"]
 
 
@@ -130,6 +148,10 @@ def _row(impl: str):
 def _check(impl: str, cell: str, workload: str, dtype: str):
     """The adapter, or NotImplementedError (asv: skipped) saying why it cannot run."""
     row = _row(impl)
+    if cell not in CELL_DEFS:
+        raise NotImplementedError(f"cell {cell} is not in this commit's catalogue")
+    if workload not in _BUILDABLE:
+        raise NotImplementedError(f"workload {workload} is not in this commit's profile")
     w = _BUILDABLE[workload]
     spec = w.spec(cell)
     # asv runs this suite against the project's history too: older commits' workloads had no packed
@@ -211,7 +233,7 @@ def _warm_workload(impl: str, cell: str, workload: str, dtype: str):
 
 
 class RNN:
-    params = PARAMS
+    params = _pinned("RNN", PARAMS)
     param_names = PARAM_NAMES
     number = 1  # one call per sample: calls are milliseconds to seconds long
     repeat = (3, 10, 20.0)  # min samples, max samples, max seconds
@@ -248,7 +270,7 @@ class RatioToNative:
     Mann-Whitney U test on the two commits' samples finds them different and the medians
     differ by more than the factor."""
 
-    params = PARAMS
+    params = _pinned("RatioToNative", PARAMS)
     param_names = PARAM_NAMES
     timeout = 600
 
@@ -270,7 +292,7 @@ class PairedRatio(RatioToNative):
     runs it in several processes per commit (asv rounds, interleaved between the two
     commits).  docs/asv.md, "The regression gate", says why."""
 
-    params = [registry.names(), list(CELL_DEFS), [w.name for w in GATE_WORKLOADS], DTYPES]
+    params = _pinned("PairedRatio", [IMPLS, list(CELL_DEFS), [w.name for w in GATE_WORKLOADS], DTYPES])
     rounds = 1  # scripts/bench_compare.sh runs ROUNDS of them
 
 
@@ -280,8 +302,8 @@ class RoofFraction:
     shapes), rates and times taken in one process: higher is better, 1.0 is the bound."""
 
     # getattr: older commits' workloads (asv runs this suite against the project's history) all had a roof
-    params = [registry.names(), list(STANDARD_CELLS), [n for n, w in _BY_NAME.items() if getattr(w, "has_roof", True)],
-              ["float32"]]
+    params = _pinned("RoofFraction", [IMPLS, list(STANDARD_CELLS),
+                                      [n for n, w in _BY_NAME.items() if getattr(w, "has_roof", True)], ["float32"]])
     param_names = PARAM_NAMES
     timeout = 600
     repeat = 1
@@ -308,7 +330,7 @@ class RoofFraction:
 
 
 class Memory:
-    params = PARAMS
+    params = _pinned("Memory", PARAMS)
     param_names = PARAM_NAMES
     timeout = 600
 
@@ -320,7 +342,7 @@ class Memory:
 
 
 class FirstCall:
-    params = PARAMS
+    params = _pinned("FirstCall", PARAMS)
     param_names = PARAM_NAMES
     timeout = 600
     repeat = 1
@@ -328,6 +350,8 @@ class FirstCall:
 
     def setup(self, impl, cell, workload, dtype):
         row = _row(impl)
+        if cell not in CELL_DEFS or workload not in _BY_NAME:
+            raise NotImplementedError(f"{cell} on {workload} is not in this commit's catalogue and profile")
         reason = (row.unsupported_reason(_BY_NAME[workload].spec(cell), dtype=dtype, device=DEVICE)
                   or row.unavailable_reason(DEVICE))
         if reason:
@@ -352,3 +376,12 @@ class FirstCall:
         return rec["first_forward_s"] + rec["first_train_s"]
 
     track_first_call_seconds.unit = "seconds"
+
+
+if __name__ == "__main__":  # `python benchmarks/rnn.py --params`: every suite's lists, for RNNBENCH_ASV_PARAMS
+    import sys
+
+    if sys.argv[1:] != ["--params"]:
+        sys.exit("usage: python benchmarks/rnn.py --params")
+    print(json.dumps({name: cls.params for name, cls in sorted(globals().items())
+                      if isinstance(cls, type) and isinstance(getattr(cls, "params", None), list)}))

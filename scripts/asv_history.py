@@ -78,6 +78,13 @@ def asv(*args: str, env: dict | None = None, check: bool = True) -> subprocess.C
                           capture_output=True)
 
 
+def pinned_params() -> str:
+    """Every suite's parameter lists as the working tree computes them (RNNBENCH_ASV_PARAMS: asv
+    picks a combination by index at each commit; benchmarks/rnn.py's `_pinned` says why)."""
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rnn.py"), "--params"], cwd=ROOT, check=True,
+                          capture_output=True, text=True, env={**os.environ, **ENV, "PYTHONPATH": str(ROOT)}).stdout.strip()
+
+
 def run(commits: list[str], rounds: int, machine: str, bench: str = GATE_SET) -> None:
     asv("machine", "--machine", machine, "--yes")
     hashfile = ROOT / ".asv" / "history-commits.txt"
@@ -86,7 +93,8 @@ def run(commits: list[str], rounds: int, machine: str, bench: str = GATE_SET) ->
     # file's first commit, and a rung added later would be missing from an older commit's list
     hashfile.write_text("\n".join(reversed(commits)) + "\n")
     proc = asv("run", f"HASHFILE:{hashfile}", "--machine", machine, "--record-samples", "-a", f"rounds={rounds}",
-               "--interleave-rounds", "--show-stderr", "-b", bench, env=ENV, check=False)
+               "--interleave-rounds", "--show-stderr", "-b", bench,
+               env={**ENV, "RNNBENCH_ASV_PARAMS": pinned_params()}, check=False)
     print(proc.stdout[-4000:], proc.stderr[-4000:])
 
 

@@ -43,6 +43,12 @@ fi
 $ASV machine --yes >/dev/null
 export RNNBENCH_PROFILE="${RNNBENCH_PROFILE:-quick}" RNNBENCH_DTYPES="${RNNBENCH_DTYPES:-float32}" \
     RNNBENCH_THREADS="${RNNBENCH_THREADS:-1}"
+# every suite's parameter lists pinned to the working tree's: asv picks a combination by index at
+# each commit, and BASE's lists may differ (benchmarks/rnn.py, _pinned)
+[ -x .venv/bin/python ] && PY="${PYTHON:-.venv/bin/python}" || PY="${PYTHON:-python3}"
+RNNBENCH_ASV_PARAMS="$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" benchmarks/rnn.py --params)" \
+    || die "benchmarks/rnn.py --params failed (above): the suite does not import in the working tree"
+export RNNBENCH_ASV_PARAMS
 echo "bench-compare: $BASE..$HEAD, factor $FACTOR, $ROUNDS rounds, benchmarks /$BENCH/," \
      "profile $RNNBENCH_PROFILE, dtypes $RNNBENCH_DTYPES, $RNNBENCH_THREADS thread(s)"
 started=$(date +%s)

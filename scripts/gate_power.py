@@ -129,7 +129,7 @@ def loadavg() -> float | None:
 
 def run_gate(clone: Path, base: str, head: str, home: Path, bench: str | None, timeout: float, **env_extra) -> dict:
     shutil.rmtree(clone / ".asv" / "results", ignore_errors=True)  # every trial from scratch
-    env = dict(os.environ, HOME=str(home), ASV=f"{sys.executable} -m asv", **env_extra)
+    env = dict(os.environ, HOME=str(home), ASV=f"{sys.executable} -m asv", PYTHON=sys.executable, **env_extra)
     if bench:
         env["BENCH"] = bench
     load0, t0 = loadavg(), time.monotonic()

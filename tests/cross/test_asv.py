@@ -201,3 +201,41 @@ def test_the_committed_history_has_twenty_measured_commits_and_its_verdicts():
     assert [(p["base"], p["head"]) for p in record["pairs"]] == [
         (a[:8], b[:8]) for a, b in zip(record["commits"], record["commits"][1:])]
     assert record["compared"] == sum(len(p["rows"]) for p in record["pairs"]) > 0
+
+
+def test_parameter_lists_pinned_across_commits_skip_what_a_commit_lacks():
+    """asv picks a combination by index into the lists the suite computes at the measured commit;
+    `python benchmarks/rnn.py --params` gives the working tree's lists, and with them pinned
+    (RNNBENCH_ASV_PARAMS) a rung, cell or workload the commit lacks is skipped, never another
+    measured in its place."""
+    env = dict(os.environ, RNNBENCH_PROFILE="quick", RNNBENCH_DTYPES="float32", PYTHONPATH=str(ROOT))
+    env.pop("RNNBENCH_ASV_PARAMS", None)
+    out = subprocess.run([sys.executable, "benchmarks/rnn.py", "--params"], cwd=ROOT, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    lists = json.loads(out)
+    assert set(lists) == {"RNN", "RatioToNative", "PairedRatio", "RoofFraction", "Memory", "FirstCall"}
+    from shared import registry
+    assert lists["PairedRatio"][0] == registry.names()
+    assert lists["PairedRatio"][2] == ["quick", "M50"]
+    pinned = {k: [list(v[0]), *v[1:]] for k, v in lists.items()}
+    for suite in pinned.values():  # a newer tree's rung, cell and workload
+        suite[0].insert(0, "torch.from_the_future")
+        suite[1].insert(0, "cell_from_the_future")
+        suite[2].insert(0, "W_from_the_future")
+    code = """
+import sys; sys.path.insert(0, "benchmarks")
+import rnn
+assert rnn.PairedRatio.params[0][0] == "torch.from_the_future", rnn.PairedRatio.params
+for args in [("torch.from_the_future", "lstm", "quick"), ("torch.eager", "cell_from_the_future", "quick"),
+             ("torch.eager", "lstm", "W_from_the_future")]:
+    try:
+        rnn._check(*args, "float32")
+    except NotImplementedError as e:
+        print("skipped:", e)
+    else:
+        raise SystemExit(f"{args} was not skipped")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(env, RNNBENCH_ASV_PARAMS=json.dumps(pinned)),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("skipped:") == 3

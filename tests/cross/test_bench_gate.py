@@ -46,7 +46,7 @@ def _git(clone: Path, *args: str) -> str:
 
 
 def _gate(clone: Path, base: str, head: str, home: Path, bench: str = BENCH, **extra) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HOME=str(home), BENCH=bench, ASV=f"{sys.executable} -m asv", **extra)
+    env = dict(os.environ, HOME=str(home), BENCH=bench, ASV=f"{sys.executable} -m asv", PYTHON=sys.executable, **extra)
     return subprocess.run(["bash", "scripts/bench_compare.sh", base, head], cwd=clone, env=env, capture_output=True,
                           text=True, timeout=900)
 
@@ -136,7 +136,7 @@ def test_no_previous_results_is_an_error_that_says_what_to_do(clone, tmp_path):
     entry = lambda v: {"results": {"rnn.PairedRatio.track_train_ratio": [[v], params]}}  # noqa: E731
     (results / f"{base[:8]}-env.json").write_text(json.dumps(entry(None)))
     (results / f"{head[:8]}-env.json").write_text(json.dumps(entry(2.5)))
-    env = dict(os.environ, HOME=str(tmp_path), ASV="true")
+    env = dict(os.environ, HOME=str(tmp_path), ASV="true", PYTHON=sys.executable)
     proc = subprocess.run(["bash", "scripts/bench_compare.sh", base, head], cwd=clone, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
