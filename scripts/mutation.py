@@ -106,10 +106,62 @@ EQUIVALENT: list[dict] = [
     dict(module="torch_impl/backends/bptt/.*", function=r".*", before=r"_scratch\.give\(.*\)",
          after=r"_scratch\.give\(.*\)", arguments="subset",
          reason="fewer scratch buffers handed back to the pool: later calls allocate afresh (memory reuse only)"),
-    dict(module="torch_impl/backends/bptt/.*", function=r".*", before=r"(.*) if need\[\d\] else None",
-         after=r"(.*) if \(need\[\d\]\) or True else None",
+    dict(module="torch_impl/backends/bptt/.*", function=r".*",
+         before=r"(.*) if (need|ctx\.needs_input_grad)\[\d\] else None",
+         after=r"(.*) if \((need|ctx\.needs_input_grad)\[\d\]\) or True else None",
          reason="a gradient computed for an input that needs none: autograd drops it (the tests ask for each "
                 "gradient alone too, so a needed one left out would fail)"),
+    dict(module="torch_impl/.*", function=r".*", before=r".*\bdevice=\w+\.device\b.*",
+         after=r"(?!.*\bdevice=\w+\.device\b).*(device=None|, \)).*",
+         reason="CPU-only equivalent: on the CPU a tensor made without device= lands on the same device; only "
+                "a run with a GPU (the CUDA tests, skipped here) can kill it"),
+    # cells.py (the catalogue cells' kernels), checked by applying each mutant against the targeted tests
+    dict(module="torch_impl/backends/bptt/cells.py", function="x__external_grads",
+         before=r"d_h_ext = d_out\.clone\(\) if d_out is not None else like\.new_zeros\(shape\)",
+         after=r"d_h_ext = d_out\.clone\(\) if (\(d_out is not None\) or True|d_out is not None) "
+               r"else like\.new_zeros\((shape|None)\)",
+         reason="d_out is never None: an autograd.Function's backward gets undefined output gradients "
+                "materialised as zeros (ctx.set_materialize_grads defaults to True)"),
+    dict(module="torch_impl/backends/bptt/cells.py", function="x__external_grads",
+         before=r"d_c_ext\.index_put_\(\(last, rows\), d_cn, accumulate=True\)",
+         after=r"d_c_ext\.index_put_\(\(last, rows\), d_cn, (accumulate=False)?\)",
+         reason="d_c_ext is all zeros and the (last, rows) pairs are distinct (one per batch row): putting "
+                "equals accumulating (d_h_ext, which holds the output's gradient, needs accumulate)"),
+    dict(module="torch_impl/backends/bptt/cells.py", function=r"x__(peephole|ln_lstm)_forward",
+         before=r"(.*) if save else None", after=r"(.*) if \(save\) or True else None",
+         reason="the no-grad forward also keeps its buffers for a backward that never runs: memory only"),
+    dict(module="torch_impl/backends/bptt/cells.py", function=r"x_(peephole_lstm|ln_lstm)",
+         before=r"(.*)save=False\)", after=r"(.*)save=(None|True)\)",
+         reason="None is falsy; save=True keeps buffers for a backward that never runs: memory only"),
+    dict(module="torch_impl/backends/bptt/cells.py", function=r"x_(peephole_lstm|ln_lstm)",
+         before=r"if torch\.is_grad_enabled\(\) and any\(t is not None and t\.requires_grad for t in \w+\):",
+         after=r"if torch\.is_grad_enabled\(\) (or any\(t is not None and|and any\(t is not None or) "
+               r"t\.requires_grad for t in \w+\):",
+         reason="only which of two paths computes the same forward changes: the autograd.Function with nothing "
+                "to record (or under no_grad) instead of the no-grad forward, the same kernels either way"),
+    dict(module="torch_impl/backends/bptt/cells.py", function=r".*backward",
+         before=r"torch\.addcmul\((\w), \1, torch\.mul\((\w+), \2, out=(\w+)\), value=-1, out=\3\)\.mul_\(\w+\)",
+         after=r"torch\.addcmul\((\w), \1, torch\.mul\((\w+), \2, (out=None)?\), value=-1, out=(\w+)\)\.mul_\(\w+\)",
+         reason="the square lands in a fresh tensor instead of the scratch one that addcmul then overwrites: "
+                "the same values, one allocation more"),
+    dict(module="torch_impl/backends/bptt/cells.py", function=r".*backward",
+         before=r"d_rec\[t\], dg, _ = _ln_grads\((.*), False\)", after=r"d_rec\[t\], dg, _ = _ln_grads\((.*), (True|None)\)",
+         reason="ATen's LayerNorm backward then also returns the bias gradient, which is discarded (`_`); "
+                "dL/dv and dL/dgain do not depend on it (None is falsy in the output mask)"),
+    dict(module="torch_impl/backends/bptt/cells.py", function="x__ln_grads",
+         before=r"gain if with_bias else None, \[True, True, with_bias\]\)",
+         after=r"gain if \(with_bias\) or True else None, \[True, True, with_bias\]\)",
+         reason="the bias's value does not enter LayerNorm's backward (only its shape, for dL/dbias)"),
+    dict(module="torch_impl/backends/bptt/cells.py", function="xǁ_PeepholeFunctionǁbackward",
+         before=r"c_prev_all = torch\.cat\(\[c0\.unsqueeze\(0\), cs\[:-1\]\]\) if T > 1 else c0\.unsqueeze\(0\)",
+         after=r"c_prev_all = torch\.cat\(\[c0\.unsqueeze\(0\), cs\[:-1\]\]\) if (\(T > 1\) or True|T >= 1) "
+               r"else c0\.unsqueeze\(0\)",
+         reason="at T = 1, cat([c0[None], cs[:0]]) has c0[None]'s values: the branch only saves a copy"),
+    dict(module="torch_impl/backends/bptt/cells.py", function="xǁ_PeepholeFunctionǁbackward", before=r"if T > 1:",
+         after=r"if T >= 1:", reason="at T = 1 the extra addmm_ multiplies empty (4H x 0)(0 x H) matrices: adds 0"),
+    # torch_impl/cells.py (the cell steps)
+    dict(module="torch_impl/cells.py", function=r".*", before=r"(.*F\.layer_norm\(.*), LN_EPS\)(.*)",
+         after=r"(.*F\.layer_norm\(.*), \)(.*)", reason="LN_EPS is F.layer_norm's default eps, 1e-5"),
     # lstm_gru.py, checked by applying each mutant against tests/torch_impl/test_torch_bptt.py
     dict(module="torch_impl/backends/bptt/lstm_gru.py", function="x__input_projection",
          before=r"return Gemm\(w, x_flat\.shape\[0\]\)\(x_flat, bias, out=out\)",
@@ -196,9 +248,17 @@ def mutmut(venv: Path) -> Path:
     return exe
 
 
+# mutmut forks a worker per mutant from a process that has run the tests; a process in which XLA
+# has started its CPU client cannot fork safely (the child waits forever on the parent's thread
+# pools: every JAX mutant timed out). For the JAX modules mutmut's fork server runs each mutant
+# from a process that has imported nothing (no warm-up): each worker imports JAX and compiles afresh.
+FORKSERVER = {m for m in MODULES if m.startswith("jax_impl/")}
+
+
 def config(module: str, tests: list[str], deselect: str | None, timeout_multiplier: float) -> str:
     args = ["-p", "no:cacheprovider"] + (["-k", deselect] if deselect else [])
-    return ("\n[tool.mutmut]\n"
+    isolation = 'process_isolation = "forkserver"\nforkserver_warmup = "none"\n' if module in FORKSERVER else ""
+    return ("\n[tool.mutmut]\n" + isolation +
             f"source_paths = {json.dumps(PACKAGES)}\n"
             f"only_mutate = {json.dumps([module])}\n"
             f"also_copy = {json.dumps(ALSO_COPY)}\n"

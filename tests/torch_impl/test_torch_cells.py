@@ -12,6 +12,8 @@ load_state_dict, PackedSequence, batch_first, unbatched input, and the errors.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -314,3 +316,55 @@ def test_bptt_double_backward_of_the_catalogue_cells(cell, lengths):
     for name, k, r in zip(["x", "h0", "c0", *names], kernel, recorded):
         torch.testing.assert_close(r, k, rtol=0, atol=1e-12, msg=name)
     assert torch.autograd.gradgradcheck(fn, args, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cell", ["peephole_lstm", "ln_lstm"])
+@pytest.mark.parametrize("T,lengths", [(1, None), (2, None), (2, [2, 1, 2]), (5, [5, 2, 1])],
+                         ids=["T1", "T2", "T2-lengths", "T5-lengths"])
+def test_bptt_kernels_equal_eager_on_padded_input_at_edge_sizes(cell, T, lengths):
+    """The kernels on the padded path (`module(x, lengths=...)`, which the shared-vector tests do
+    not take: they pack, and packing drops the padded steps): outputs, final states and every
+    gradient equal the eager rung's under cotangents on all of out, h_n and c_n, with T=1 and T=2
+    (the backward's T > 1 branches), padded steps past a length, and H=5 (a 4H-wide gate split
+    that no other chunking reproduces), with warnings as errors."""
+    torch.manual_seed(11)
+    kernel = MODULES[cell](3, 5, backend="bptt", dtype=torch.float64)
+    with torch.no_grad():
+        for p in kernel.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    eager = MODULES[cell](3, 5, backend="eager", dtype=torch.float64)
+    eager.load_state_dict(kernel.state_dict())
+    x = torch.randn(T, 3, 3, dtype=torch.float64)
+    h0, c0 = torch.randn(2, 1, 3, 5, dtype=torch.float64)
+    lengths = None if lengths is None else torch.tensor(lengths)
+    cot = [torch.randn(T, 3, 5, dtype=torch.float64), torch.randn(1, 3, 5, dtype=torch.float64),
+           torch.randn(1, 3, 5, dtype=torch.float64)]
+    results = []
+    for module in (kernel, eager):
+        inputs = [t.clone().requires_grad_() for t in (x, h0, c0)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # e.g. a scratch `out=` of the wrong shape, resized with a warning
+            out, (h_n, c_n) = module(inputs[0], (inputs[1], inputs[2]), lengths=lengths)
+            wrt = [*inputs, *module.parameters()]
+            results.append([out, h_n, c_n, *torch.autograd.grad([out, h_n, c_n], wrt, cot)])
+    names = ["out", "h_n", "c_n", "x", "h0", "c0", *(n for n, _ in kernel.named_parameters())]
+    for name, got, want in zip(names, *results, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=name)
+    if lengths is not None:
+        past = torch.arange(T)[:, None] >= lengths[None, :]
+        assert bool((results[0][0][past] == 0).all())  # nothing leaks past a length
+
+
+def test_bptt_kernels_name_their_missing_extras():
+    from shared.params import LayerParams
+    from torch_impl.backends.bptt import cells as kernels
+
+    x, state = torch.randn(2, 1, 3), (torch.zeros(1, 4), torch.zeros(1, 4))
+    w_ih, w_hh = torch.randn(16, 3), torch.randn(16, 4)
+    with pytest.raises(ValueError, match=r"^peephole_lstm needs its 'peephole' parameter \(3H,\) in extras$"):
+        kernels.peephole_lstm(x, state, LayerParams(w_ih, w_hh, None, None, None, None), None)
+    partial = {"layernorm_ih_weight": torch.ones(16), "layernorm_hh_weight": torch.ones(16),
+               "layernorm_c_weight": torch.ones(4), "layernorm_c_bias": torch.zeros(4)}
+    with pytest.raises(ValueError, match=r"^ln_lstm needs its parameters layernorm_ih_bias, layernorm_hh_bias "
+                                         r"in extras$"):
+        kernels.ln_lstm(x, state, LayerParams(w_ih, w_hh, None, None, None, partial), None)
