@@ -283,6 +283,32 @@ def test_time_loop_hands_a_step_that_masks_itself_each_steps_mask(lengths):
         assert (out[1:, 1] == 0).all() and (out[2:, 2] == 0).all() and out[0].abs().min() > 0
 
 
+@pytest.mark.parametrize("lengths", [None, [4, 1, 2]], ids=["full", "lengths"])
+def test_the_whole_loop_operator_equals_the_python_loop_run_eagerly(lengths):
+    """`scan_loop` (the `scan` rung's loop, torch's scan operator) run eagerly, outside
+    torch.compile, on a two-tensor state: outputs, final states and the gradients of x and of
+    both initial states equal `time_loop`'s (past its length a sequence keeps its state and
+    outputs zeros). The rung's own tests compile it; this one reaches the loop's code directly."""
+    from torch_impl.cells import lstm_step, scan_loop, time_loop
+
+    torch.manual_seed(5)
+    T, B, H = 4, 3, 5
+    q = {"w_hh_t": torch.randn(H, 4 * H, dtype=torch.float64), "w_hr_t": None}
+    x = torch.randn(T, B, 4 * H, dtype=torch.float64)
+    state = (torch.randn(B, H, dtype=torch.float64), torch.randn(B, H, dtype=torch.float64))
+    lengths = None if lengths is None else torch.tensor(lengths)
+    cot = torch.randn(T, B, H, dtype=torch.float64), torch.randn(B, H, dtype=torch.float64)
+    results = []
+    for loop in (time_loop, scan_loop):
+        args = [t.clone().requires_grad_() for t in (x, *state)]
+        out, final = loop(lstm_step, args[0], (args[1], args[2]), q, lengths)
+        assert len(final) == 2
+        grads = torch.autograd.grad([out, final[0], final[1]], args, [cot[0], cot[1], cot[1]])
+        results.append([out, *final, *grads])
+    for name, got, want in zip(["out", "h_n", "c_n", "dx", "dh0", "dc0"], results[1], results[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=name)
+
+
 @pytest.mark.parametrize("cell", ["peephole_lstm", "ln_lstm"])
 @pytest.mark.parametrize("lengths", [None, [4, 2]], ids=["full", "lengths"])
 def test_bptt_double_backward_of_the_catalogue_cells(cell, lengths):
