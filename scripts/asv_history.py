@@ -199,9 +199,11 @@ def main(argv=None) -> int:
         run(commits, args.rounds, machine, args.bench)
         collect(machine)
     pairs = verdicts(commits, machine)
+    done = measured(machine, commits)
     record = dict(machine=machine, commits=commits, sampled=len(commits), rounds=args.rounds, factor=FACTOR,
                   benchmarks=args.bench,
-                  environment=ENV, pairs=pairs, **measured(machine, commits), **summarize(pairs))
+                  environment=ENV, pairs=pairs, **done, measured_commits=len(done["measured"]),
+                  **summarize(pairs))
     if not args.from_results:
         record.update(started=started.isoformat(timespec="seconds"),
                       minutes=(datetime.now(timezone.utc) - started).total_seconds() / 60)
