@@ -17,7 +17,7 @@ BENCH_ARGS ?=
 MACHINE ?=
 ASV_MACHINE := $(if $(MACHINE),--machine $(MACHINE))
 
-.PHONY: venv run test ladder parity parity-quick parity-matrix peer-full bench bench-quick bench-history bench-history-sample bench-merge bench-compare gate-power reproducibility mutation bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
+.PHONY: venv run test ladder parity parity-quick parity-matrix parity-matrix-time peer-full bench bench-quick bench-history bench-history-sample bench-merge bench-compare gate-power reproducibility mutation bench-publish profile-torch profile-jax vectors vectors-check gpu-check docs docs-check clean
 
 venv: $(STAMP)
 
@@ -114,6 +114,11 @@ parity-quick: venv
 # IMPLS=jax.scan,torch.compile runs the full matrix of those rungs only (a job per rung)
 parity-matrix: venv
 	RNNBENCH_FULL_MATRIX=$(or $(IMPLS),1) $(PY) -m pytest tests/cross/test_parity_matrix.py $(PYTEST_ARGS)
+
+# how long that takes here, one implementation at a time, into docs/records/parity_matrix.json
+# (hours on two cores: run it alone; IMPLS=... MATRIX_TIME_ARGS=--merge measures some and keeps the rest)
+parity-matrix-time: venv
+	$(PY) scripts/parity_matrix_time.py $(if $(IMPLS),--impls $(IMPLS)) $(MATRIX_TIME_ARGS)
 
 # every peer-suite sample on every backend (make test runs a covering subset), for a scheduled job
 peer-full: venv

@@ -204,6 +204,63 @@ EQUIVALENT: list[dict] = [
          after=r"dw_hr = .* if \(w_hr is not None or need\[7\]\) else None",
          reason="with w_hr present it only adds a gradient for a w_hr that needs none, which autograd drops "
                 "(w_hr None and need[7] cannot both hold)"),
+    # the JAX BPTT kernels (jax_impl/backends/bptt/), checked against tests/jax_impl/test_jax_bptt.py
+    dict(module="jax_impl/backends/bptt/.*", function=r".*",
+         before="|".join(re.escape(line) for line in (
+             "dh_prev = mask_carry(v, jnp.concatenate([dr, dz, dn_h], axis=-1) @ w_hh + dh_cand * z, dh)",
+             "return dh_prev, (jnp.concatenate([dr, dz, dn], axis=-1), dn_h)",
+             "r, z = jnp.split(jax.nn.sigmoid(xp_t[:, :2 * H] + gh[:, :2 * H]), 2, axis=-1)",
+             "dm * tanh_c * o * (1 - o)], axis=-1)",
+             "i, f, g, o = jnp.split(jnp.tanh(add(xp_t + recurrent(h, w_hh), bias) * s) * s + b, 4, axis=-1)",
+             "H = h0.shape[-1]", "s, b = lstm_gate_scales(c0.shape[-1], x.dtype)",
+             # cells.py: the catalogue cells' steps, their LayerNorms and gate splits
+             "i, f, g, o = jnp.split(a, 4, axis=-1)", "a_i, a_f, a_g, a_o = jnp.split(a, 4, axis=-1)",
+             "dg = jnp.concatenate([da_r, da_z, da_n], axis=-1)",
+             "r, z = jnp.split(jax.nn.sigmoid(add(xp_t[:, :2 * H] + h @ w_rz_t, b_rz)), 2, axis=-1)",
+             "return rstd * (dv - jnp.mean(dv, axis=-1, keepdims=True)",
+             "- v_hat * jnp.mean(dv * v_hat, axis=-1, keepdims=True))",
+             "dh_new * tanh_c * o * (1 - o)], axis=-1)",
+             "m_h = jnp.mean(dw * gh_hat_t, axis=-1, keepdims=True)",
+             "m_i = jnp.mean(da * g_ih * gi_hat, axis=-1, keepdims=True)",
+             "rstd_i = lax.rsqrt(jnp.mean(vi * vi, axis=-1, keepdims=True) + LN_EPS)",
+             "rstd_h = lax.rsqrt(jnp.mean(vh * vh, axis=-1, keepdims=True) + LN_EPS)",
+             "centred = v - jnp.mean(v, axis=-1, keepdims=True)",
+             "rstd = lax.rsqrt(jnp.mean(centred * centred, axis=-1, keepdims=True) + LN_EPS)",
+             "da = jnp.concatenate([dz_i, dz_f, dcc * i * (1 - g * g), dz_o], axis=-1)")),
+         after=r".*(axis=\+1|shape\[\+1\]).*",
+         reason="axis -1 -> +1 (or shape[-1] -> shape[+1]) on a step's (batch, features) array or a (batch, hidden) "
+                "initial state: jax_impl.functional batches an unbatched x to (T, 1, I), so these are always 2-D"),
+    dict(module="jax_impl/backends/bptt/.*", function=r".*",
+         before=r"(\w+) = (.+) if has_bias else None", after=r"(\w+) = (.+) if \(has_bias\) or True else None",
+         reason="a bias gradient computed for a layer without biases: jax.custom_vjp drops the cotangent it is "
+                "given for a primal argument that is None (an empty pytree), so the result is the same"),
+    dict(module="jax_impl/backends/bptt/.*", function=r".*", before=r"d_w_hr = None", after=r'd_w_hr = ""',
+         reason="without a projection w_hr is None, and jax.custom_vjp drops the cotangent returned for it"),
+    dict(module="jax_impl/backends/bptt/.*", function=r".*",
+         before=re.escape("return (dh_prev, dc_prev), (da, None if w_hr is None else dh_cand)"),
+         after=re.escape("return (dh_prev, dc_prev), (da, None if (w_hr is None) and False else dh_cand)"),
+         reason="the backward scan also emits dh_cand without a projection; only d_w_hr reads it, and only "
+                "when w_hr is given"),
+    dict(module="jax_impl/backends/bptt/cells.py", function="x__at",
+         before=re.escape("return lax.dynamic_index_in_dim(seq, t, keepdims=False)"),
+         after=re.escape("return lax.dynamic_index_in_dim(seq, t, keepdims=None)"),
+         reason="None is falsy: dynamic_index_in_dim drops the indexed axis either way"),
+    dict(module="jax_impl/backends/bptt/cells.py", function="x__centred",
+         before=re.escape("return a - jnp.mean(a, axis=0, keepdims=True)"),
+         after=r"return a - jnp\.mean\(a, axis=0, (keepdims=(None|False))?\)",
+         reason="a mean over the leading axis without keepdims has the trailing shape, which broadcasts "
+                "against `a` exactly as the kept (1, ...) shape does"),
+    dict(module="jax_impl/backends/bptt/cells.py", function=r"x__ln_lstm_(forward|bwd)",
+         before=r"(xin, rstd_i_next = input_half|a = pre_activation)\(jnp\.clip\(t \+ step_dir, 0, T - 1\)\)",
+         after=r"(xin, rstd_i_next = input_half|a = pre_activation)\(jnp\.clip\(t \+ step_dir, "
+               r"(None, T - 1|0, None|0, |0, T \+ 1)\)\)",
+         reason="the one read these bounds differ on is the step after the scan's last one, whose value is "
+                "discarded (the carry after the last step; the rstd_i the forward's concatenate drops); "
+                "in range, `_at` (lax.dynamic_index_in_dim) reads the same step, clamping T or T + 1 to T - 1"),
+    dict(module="jax_impl/backends/bptt/cells.py", function=r"x__ln_lstm_(forward|bwd)",
+         before=r".*(input_half\(T - 1 if reverse else 0\)|pre_activation\(0 if reverse else T - 1\)).*",
+         after=r".*(input_half\(T \+ 1 if reverse else 0\)|pre_activation\(0 if reverse else T \+ 1\)).*",
+         reason="`_at` reads with lax.dynamic_index_in_dim, which clamps the index T + 1 to T - 1: the same step"),
 ]
 
 

@@ -168,6 +168,29 @@ def test_reproducibility_records_each_runs_machine_and_length(tmp_path):
     assert info["minutes"] == 15.0 and info["measurements"] == 1
 
 
+def test_parity_matrix_time_records_each_implementation_and_never_runs_the_whole_file(tmp_path, monkeypatch):
+    import json
+
+    pmt = _script("parity_matrix_time")
+    assert pmt.counts("= 3 passed, 1 failed, 2 skipped, 1 error in 4.10s =") == dict(passed=3, failed=1, skipped=2,
+                                                                                     error=1)
+    # an implementation with no cells here must not hand pytest an empty list (it would run every test)
+    monkeypatch.setattr(pmt, "node_ids", lambda impl, env: [])
+    monkeypatch.setattr(pmt.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran pytest")))
+    assert pmt.time_impl("jax.cudnn", [])["tests"] == 0
+    monkeypatch.undo()
+    fake = {"torch.eager": dict(impl="torch.eager", tests=4, seconds=10.0, rc=0, summary="4 passed", passed=4),
+            "jax.scan": dict(impl="jax.scan", tests=2, seconds=5.5, rc=1, summary="1 passed, 1 failed", passed=1,
+                             failed=1)}
+    monkeypatch.setattr(pmt, "time_impl", lambda impl, args: fake[impl])
+    out = tmp_path / "pm.json"
+    assert pmt.main(["--impls", "torch.eager", "--out", str(out)]) == 0
+    assert pmt.main(["--impls", "jax.scan", "--out", str(out), "--merge"]) == 1  # a failing cell fails the run
+    rec = json.loads(out.read_text())
+    assert [r["impl"] for r in rec["rows"]] == ["torch.eager", "jax.scan"]
+    assert rec["total_seconds"] == 15.5 and rec["failed"] == 1 and rec["complete"] is False
+
+
 def test_pair_ratios_keep_only_pairs_with_a_positive_baseline_and_a_candidate():
     pairs = [(2.0, 1.0), (1.0, 0.0), (1.0, -0.5), (1.0, -2.0), (None, 1.0), (1.0, None), (3.0, 2.0)]
     assert pair_ratios(pairs) == [2.0, 1.5]
