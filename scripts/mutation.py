@@ -3,6 +3,7 @@
     python scripts/mutation.py                          # every module of MODULES (an hour or more; alone)
     python scripts/mutation.py --modules shared/study/stats.py
     python scripts/mutation.py --list                   # the modules and the tests each is judged by
+    python scripts/mutation.py --modules M --rejudge    # only M's survivors again, after tests were added
 
 mutmut (pinned in requirements-mutation.txt, installed by `make mutation` into `.venv-mutation`,
 apart from the project's venv, whose packages it sees through a .pth file) changes one thing at a
@@ -204,6 +205,39 @@ EQUIVALENT: list[dict] = [
          after=r"dw_hr = .* if \(w_hr is not None or need\[7\]\) else None",
          reason="with w_hr present it only adds a gradient for a w_hr that needs none, which autograd drops "
                 "(w_hr None and need[7] cannot both hold)"),
+    # jax_impl/cells.py (the cell steps and the masked time loop)
+    dict(module="jax_impl/cells.py",
+         function=r"x_(gru_cell|lstm_cell|_lstm_cell_jvp|layer_norm|lstm_step|gru_step|ln_lstm_step|peephole_lstm_step"
+                  r"|gru_reset_before_step)",
+         before=r".*(axis=-1|shape\[-1\]).*", after=r".*(axis=\+1|shape\[\+1\]).*",
+         reason="axis -1 -> +1 (or shape[-1] -> shape[+1]) in a step or its gate math: a step sees (batch, features) "
+                "arrays only (time_loop and the drivers hand it x_proj[t] and the (B, H) states; jax_impl.functional "
+                "batches an unbatched x to (T, 1, I)), and layer_norm is applied to those or to the (T*B, 4H) "
+                "projection, all 2-D"),
+    dict(module="jax_impl/cells.py", function="x_lstm_gate_scales",
+         before=re.escape("s = jnp.concatenate([jnp.full((2 * H,), 0.5, dtype), jnp.ones((H,), dtype), "
+                          "jnp.full((H,), 0.5, dtype)])"),
+         after=r"s = jnp\.concatenate\(\[jnp\.full\(\(2 \* H,\), 0\.5, (dtype|None|)\), jnp\.ones\(\(H,\), dtype\), "
+               r"jnp\.full\(\(H,\), 0\.5, (dtype|None|)\)\]\)",
+         reason="jnp.full of a Python float without a dtype is weakly typed: concatenated with the `dtype` block "
+                "it takes that dtype (checked under x64: float32 and bfloat16 stay so)"),
+    dict(module="jax_impl/cells.py", function="x_recurrent", before=r"if h\.shape\[0\] == 1:",
+         after=r"if h\.shape\[(1\]|0\]) (==|!=) (1|2):",
+         reason="both branches compute h W_hh^T (the batch-1 one as (W_hh h^T)^T, the layout XLA's CPU backend "
+                "runs faster there): the same dot products, only the speed differs"),
+    dict(module="jax_impl/cells.py", function="x_time_loop",
+         before=r".*unroll: int = 1, remat: bool = False\).*",
+         after=r".*(unroll: int = 2, remat: bool = False|unroll: int = 1, remat: bool = True)\).*",
+         reason="unrolling two steps per iteration or recomputing the step in the backward (jax.checkpoint) "
+                "changes how XLA runs the loop, not its values"),
+    dict(module="jax_impl/cells.py", function="x_time_loop",
+         before=re.escape("state, outputs = lax.scan(body, tuple(state), xs, reverse=reverse, unroll=min(unroll, T))"),
+         after=re.escape("state, outputs = lax.scan(body, tuple(state), xs, reverse=reverse, )"),
+         reason="lax.scan's own default is unroll=1: how XLA runs the loop, not its values"),
+    dict(module="jax_impl/cells.py", function="x_valid_steps",
+         before=re.escape("return (jnp.arange(seq_len, dtype=lengths.dtype)[:, None] < lengths[None, :])[:, :, None]"),
+         after=r"return \(jnp\.arange\(seq_len, (dtype=None)?\)\[:, None\] < lengths\[None, :\]\)\[:, :, None\]",
+         reason="t < len compares integers: the step index's integer dtype does not change the booleans"),
     # the JAX BPTT kernels (jax_impl/backends/bptt/), checked against tests/jax_impl/test_jax_bptt.py
     dict(module="jax_impl/backends/bptt/.*", function=r".*",
          before="|".join(re.escape(line) for line in (
@@ -405,6 +439,28 @@ def reclassify(record: dict, commit: str) -> dict:
     return record
 
 
+def rejudge(entry: dict, codes: dict[str, int | None], commit: str, seconds: float) -> dict:
+    """A module's record after its survivors were run again (`--rejudge`) against the tests at
+    `commit`, the module's source unchanged: a survivor the tests now fail is killed; one not
+    judged again (a timeout) stays a survivor; the mutants killed before stay killed."""
+    kept, killed_now, not_judged = [], 0, 0
+    for sv in entry["survivors"]:
+        code = codes.get(sv["mutant"])
+        if code in KILLED:
+            killed_now += 1
+        elif code in SURVIVED or code in NO_TESTS:
+            kept.append(dict(sv, no_tests=code in NO_TESTS))
+        else:
+            kept.append(sv)
+            not_judged += 1
+    out = dict(entry, survivors=kept, killed=entry["killed"] + killed_now, survived=len(kept),
+               no_tests=sum(sv["no_tests"] for sv in kept))
+    out["score"] = out["killed"] / (out["killed"] + out["survived"])
+    out["rejudged"] = dict(commit=commit, survivors=len(entry["survivors"]), killed=killed_now,
+                           not_judged=not_judged, seconds=seconds)
+    return reclassify(dict(modules=[out]), commit)["modules"][0]
+
+
 def _natural(name: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
@@ -414,7 +470,7 @@ def _meta(clone: Path, module: str) -> dict[str, int | None]:
 
 
 def run_module(mm: Path, clone: Path, module: str, tests: list[str], children: int,
-               timeout_multiplier: float, log: Path) -> dict:
+               timeout_multiplier: float, log: Path, only: list[str] | None = None) -> dict:
     pyproject = clone / "pyproject.toml"
     base = _run(["git", "show", "HEAD:pyproject.toml"], clone, check=True).stdout
     pyproject.write_text(base + config(module, tests, DESELECT.get(module), timeout_multiplier))
@@ -425,7 +481,7 @@ def run_module(mm: Path, clone: Path, module: str, tests: list[str], children: i
     env = dict(os.environ, **{v: "1" for v in THREAD_VARS})
     with log.open("a") as out:
         print(f"== {module}", file=out, flush=True)
-        proc = subprocess.run([str(mm), "run", "--max-children", str(children)], cwd=clone, stdout=out,
+        proc = subprocess.run([str(mm), "run", "--max-children", str(children), *(only or [])], cwd=clone, stdout=out,
                               stderr=subprocess.STDOUT, text=True, env=env)
         if proc.returncode != 0 or not (clone / "mutants" / f"{module}.meta").exists():
             return dict(module=module, tests=tests, error=f"mutmut run exited {proc.returncode} (see {log})",
@@ -433,12 +489,15 @@ def run_module(mm: Path, clone: Path, module: str, tests: list[str], children: i
         # a mutant whose tests ran past the limit (or crashed the worker) is tried once more: the
         # limit is on wall time too, and the run may have been paused meanwhile
         again = [k for k, v in _meta(clone, module).items()
-                 if v not in KILLED | SURVIVED | NO_TESTS | EXCLUDED]
+                 if v not in KILLED | SURVIVED | NO_TESTS | EXCLUDED and (only is None or k in only)]
         if again:
             print(f"== rerun {len(again)} timed-out mutants", file=out, flush=True)
             subprocess.run([str(mm), "run", "--max-children", str(children), *again], cwd=clone, stdout=out,
                            stderr=subprocess.STDOUT, text=True, env=env)
     codes = _meta(clone, module)
+    if only is not None:  # --rejudge: the caller merges these into the module's earlier record
+        return dict(module=module, codes={k: codes.get(k) for k in only}, rerun_timeouts=len(again),
+                    seconds=round(time.monotonic() - t0, 1))
     diffs = {}
     for name, code in codes.items():
         if code in SURVIVED or code in NO_TESTS:
@@ -461,6 +520,9 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", action="store_true",
                     help="keep the other modules of an existing --out record (one record of runs done module by module)")
     ap.add_argument("--log", type=Path, default=None, help="mutmut's output (default: a file under /tmp)")
+    ap.add_argument("--rejudge", action="store_true",
+                    help="run only the --out record's survivors of each module again, against today's tests "
+                         "(the module's source must be unchanged since its run); the killed stay killed")
     ap.add_argument("--reclassify", action="store_true",
                     help="run nothing: re-apply EQUIVALENT to the survivors of the --out record")
     args = ap.parse_args(argv)
@@ -484,9 +546,18 @@ def main(argv=None) -> int:
     mm = mutmut(args.venv)
     version = _run([str(args.venv / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('mutmut'))"],
                    ROOT).stdout.strip()
-    previous = []
-    if args.merge and args.out.exists():
-        previous = [m for m in json.loads(args.out.read_text()).get("modules", []) if m["module"] not in modules]
+    previous, earlier = [], {}
+    if (args.merge or args.rejudge) and args.out.exists():
+        earlier = {m["module"]: m for m in json.loads(args.out.read_text()).get("modules", [])}
+        previous = [m for m in earlier.values() if m["module"] not in modules]
+    if args.rejudge:
+        for module in modules:
+            entry = earlier.get(module)
+            if not entry or "survivors" not in entry:
+                raise SystemExit(f"mutation: --rejudge needs a run of {module} in {args.out}")
+            if _run(["git", "diff", "--quiet", entry["commit"], "HEAD", "--", module], ROOT).returncode != 0:
+                raise SystemExit(f"mutation: {module} changed since its run at {entry['commit'][:8]}: its mutants "
+                                 "are not the same; run it again whole")
     record = dict(script="scripts/mutation.py", argv=sys.argv[1:] if argv is None else list(argv), commit=commit,
                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   tool=f"mutmut {version}", machine=dict(cpu=platform.processor() or platform.machine(),
@@ -499,8 +570,15 @@ def main(argv=None) -> int:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         for module in modules:
             print(f"mutation: {module} against {' '.join(MODULES[module])} ...", flush=True)
-            res = run_module(mm, clone, module, MODULES[module], args.children, args.timeout_multiplier, log)
-            res["commit"] = commit
+            if args.rejudge:
+                again = run_module(mm, clone, module, MODULES[module], args.children, args.timeout_multiplier, log,
+                                   only=[sv["mutant"] for sv in earlier[module]["survivors"]])
+                if "error" in again:
+                    raise SystemExit(f"mutation: rejudging {module}: {again['error']}")
+                res = rejudge(earlier[module], again["codes"], commit, again["seconds"])
+            else:
+                res = run_module(mm, clone, module, MODULES[module], args.children, args.timeout_multiplier, log)
+                res["commit"] = commit
             record["modules"] = [m for m in record["modules"] if m["module"] != module] + [res]
             record["modules"].sort(key=lambda m: list(MODULES).index(m["module"]) if m["module"] in MODULES else 99)
             if "error" in res:

@@ -174,3 +174,64 @@ def test_registration_errors_are_clear():
         assert "has no JAX step" in get_adapter("scan").unsupported_reason(spec)
     finally:
         CELL_DEFS.pop(lonely.name, None)
+
+
+def test_default_projection_of_a_registered_cell_is_x_w_ih_plus_b_ih():
+    """A cell registered without `project` hoists `x W_ih^T + b_ih` (`cells.default_project`)."""
+    from jax_impl import cells
+
+    rng = np.random.default_rng(5)
+    x, w, b = (jnp.asarray(rng.standard_normal(s)) for s in [(6, 3), (8, 3), (8,)])
+    np.testing.assert_allclose(cells.default_project(x, {"weight_ih": w, "bias_ih": b}), x @ w.T + b, rtol=1e-15)
+    np.testing.assert_allclose(cells.default_project(x, {"weight_ih": w, "bias_ih": None}), x @ w.T, rtol=1e-15)
+    step = lambda x_t, state, q: state  # noqa: E731
+    assert cells.CELLS.build(cells.CELLS.get("gru").defn, step).project is cells.default_project
+
+
+def test_the_earlier_name_has_jax_cell_warns_and_unknown_names_raise():
+    from jax_impl import cells
+
+    with pytest.warns(DeprecationWarning, match=r"jax_impl\.cells\.has_jax_cell is deprecated"):
+        assert cells.has_jax_cell is cells.has_cell
+    with pytest.raises(AttributeError, match=r"^module 'jax_impl\.cells' has no attribute 'has_cell_typo'$"):
+        cells.has_cell_typo  # noqa: B018
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_float32_runs_stay_float32_with_x64_enabled(cell):
+    """Outputs, states and gradients of a float32 `scan` run are float32 although float64 is
+    enabled here: a constant made with the default dtype (float64 under x64) would promote them."""
+    spec = RNNSpec(cell, 3, 4)
+    params = {k: jnp.asarray(v, jnp.float32) for k, v in init_params(spec, np.random.default_rng(6)).items()}
+    x = jnp.asarray(np.random.default_rng(7).standard_normal((4, 2, 3)), jnp.float32)
+
+    def loss(params, x):
+        out, _ = jax_impl.rnn(params, x, cell=cell, backend="scan")
+        return jnp.sum(out)
+
+    out, state = jax_impl.rnn(params, x, cell=cell, backend="scan")
+    grads = jax.grad(loss, argnums=(0, 1))(params, x)
+    leaves = jax.tree_util.tree_leaves((out, state, grads))
+    assert len(leaves) == 1 + (2 if cell == "lstm" else 1) + len(params) + 1
+    assert {leaf.dtype for leaf in leaves} == {jnp.dtype(jnp.float32)}
+
+
+def test_time_loop_runs_forward_in_time_by_default():
+    """`cells.time_loop(step, x_proj, state, q)` with its defaults is the loop t = 0 .. T-1 (and
+    `reverse=True` the loop t = T-1 .. 0), outputs in time order."""
+    from jax_impl import cells
+
+    def step(x_t, state, q):  # order-sensitive: h' = q h + x_t
+        return (q * state[0] + x_t,)
+
+    x_proj = jnp.arange(1.0, 5.0)[:, None, None] * jnp.ones((4, 2, 3))
+    h0 = (jnp.zeros((2, 3)),)
+    for reverse, order in ((None, range(4)), (True, reversed(range(4)))):
+        h, want = h0[0], [None] * 4
+        for t in order:
+            h = 0.5 * h + x_proj[t]
+            want[t] = h
+        kwargs = {} if reverse is None else {"reverse": reverse}
+        out, (h_n,) = cells.time_loop(step, x_proj, h0, 0.5, **kwargs)
+        np.testing.assert_allclose(out, jnp.stack(want), rtol=1e-15)
+        np.testing.assert_allclose(h_n, h, rtol=1e-15)

@@ -137,6 +137,20 @@ def test_mutation_summary_counts_outcomes_and_lists_each_survivor():
     assert mutation.equivalent_reason("torch_impl/cells.py", "x_f", axis) is None  # per module
 
 
+def test_mutation_rejudge_kills_survivors_the_new_tests_fail_and_keeps_the_rest():
+    mutation = _script("mutation")
+    sv = lambda n: dict(mutant=f"m.x_f__mutmut_{n}", function="x_f", line=3, no_tests=False, diff="")  # noqa: E731
+    entry = dict(module="m.py", commit="a" * 40, mutants=10, killed=6, survived=4, no_tests=0, equivalent=0,
+                 unexplained=4, score=0.6, survivors=[sv(1), sv(2), sv(3), sv(4)])
+    # 1: now killed; 2: still survives; 3: no test calls it any more; 4: timed out (not judged again)
+    codes = {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 0, "m.x_f__mutmut_3": 33, "m.x_f__mutmut_4": -24}
+    got = mutation.rejudge(entry, codes, "b" * 40, 12.0)
+    assert (got["killed"], got["survived"], got["no_tests"], got["unexplained"]) == (7, 3, 1, 3)
+    assert got["score"] == 0.7 and got["commit"] == "a" * 40
+    assert [s["mutant"][-1] for s in got["survivors"]] == ["2", "3", "4"]
+    assert got["rejudged"] == dict(commit="b" * 40, survivors=4, killed=1, not_judged=1, seconds=12.0)
+
+
 def test_gate_power_record_is_written_with_partial_trials():
     import time
     import types
