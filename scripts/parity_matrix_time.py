@@ -35,7 +35,8 @@ TEST = "tests/cross/test_parity_matrix.py"
 
 def counts(summary: str) -> dict[str, int]:
     """pytest's last line ("3 passed, 2 skipped in 4.1s") as {"passed": 3, "skipped": 2, ...}."""
-    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary)}
+    found = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary)}
+    return {"passed": 0, "failed": 0, "skipped": 0, **found}
 
 
 def node_ids(impl: str, env: dict) -> list[str]:
@@ -81,8 +82,8 @@ def main(argv=None) -> int:
         rows[impl] = row
         print(f"  {row['summary']} ({row['seconds']:.0f} s wall)", flush=True)
         ordered = [rows[n] for n in registry.names() if n in rows]
-        record = dict(command="python scripts/parity_matrix_time.py" + (" -- " + " ".join(args.pytest_args)
-                                                                       if args.pytest_args else ""),
+        record = dict(command="make parity-matrix-time" + (f' MATRIX_TIME_ARGS="-- {" ".join(args.pytest_args)}"'
+                                                           if args.pytest_args else ""),
                       cpu=info.get("cpu"), cores=info.get("logical_cpus"), pytest_args=args.pytest_args,
                       rows=ordered, total_seconds=round(sum(r["seconds"] for r in ordered), 1),
                       complete=set(rows) >= set(registry.names()),

@@ -188,6 +188,7 @@ def test_parity_matrix_time_records_each_implementation_and_never_runs_the_whole
     pmt = _script("parity_matrix_time")
     assert pmt.counts("= 3 passed, 1 failed, 2 skipped, 1 error in 4.10s =") == dict(passed=3, failed=1, skipped=2,
                                                                                      error=1)
+    assert pmt.counts("= 4 passed in 1.00s =") == dict(passed=4, failed=0, skipped=0)
     # an implementation with no cells here must not hand pytest an empty list (it would run every test)
     monkeypatch.setattr(pmt, "node_ids", lambda impl, env: [])
     monkeypatch.setattr(pmt.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran pytest")))
