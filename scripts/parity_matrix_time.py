@@ -6,7 +6,7 @@
 For each implementation, `RNNBENCH_FULL_MATRIX=<impl> pytest tests/cross/test_parity_matrix.py`
 runs every vector in every dtype of that implementation (`make parity-matrix IMPLS=<impl>`, the
 job a schedule would split the matrix into) and this script keeps its wall time and pytest's
-counts (passed, failed, skipped) in `--out` (default docs/records/parity_matrix.json), written after
+counts (passed, failed, skipped) and the ids of the cells that failed in `--out` (default docs/records/parity_matrix.json), written after
 every implementation, so an interrupted run keeps what it measured.  The record's `total_seconds`
 is the sum over the implementations measured; `complete` says whether every registered one was.
 Only the implementation's own cases are selected (the other rungs' CI subsets are not rerun).
@@ -39,6 +39,11 @@ def counts(summary: str) -> dict[str, int]:
     return {"passed": 0, "failed": 0, "skipped": 0, **found}
 
 
+def failures(stdout: str) -> list[str]:
+    """The node ids pytest's short summary lists as failed or erroring ("FAILED id - reason")."""
+    return [m.group(2) for m in re.finditer(r"^(FAILED|ERROR) (.+?)(?: - .*)?$", stdout, re.MULTILINE)]
+
+
 def node_ids(impl: str, env: dict) -> list[str]:
     """The matrix cells of `impl` alone (its id prefix), collected with the full matrix switched on for it."""
     out = subprocess.run([sys.executable, "-m", "pytest", TEST, "--collect-only", "-q", "-p", "no:cacheprovider"],
@@ -54,12 +59,12 @@ def time_impl(impl: str, pytest_args: list[str]) -> dict:
     if not ids:  # unavailable here (jax.cudnn on a CPU): pytest given no ids would run the whole file
         return dict(impl=impl, tests=0, seconds=0.0, rc=0, summary="no cells here (unavailable on this machine)")
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "pytest", *ids, "-q", "-p", "no:cacheprovider", *pytest_args],
+    out = subprocess.run([sys.executable, "-m", "pytest", *ids, "-q", "-rfE", "-p", "no:cacheprovider", *pytest_args],
                          cwd=ROOT, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     last = (out.stdout.strip().splitlines() or [""])[-1]
     return dict(impl=impl, tests=len(ids), seconds=round(seconds, 1), rc=out.returncode, summary=last.strip("= "),
-                **counts(last))
+                **counts(last), failures=failures(out.stdout))
 
 
 def main(argv=None) -> int:

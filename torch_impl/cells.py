@@ -246,6 +246,16 @@ def time_loop(step: Callable, x_proj: Tensor, state: tuple, q: dict, lengths: Te
     return torch.stack(outputs), state
 
 
+def _as_carry(new: Tensor, carry: Tensor) -> Tensor:
+    """A fresh copy of a step's new state in the carry's dtype.  Under autocast a step can return
+    a state in the lower compute dtype (an LSTM projection's GEMM gives h in bfloat16 from a float32
+    h_0), where the Python loops simply go on in it; scan's carry keeps one dtype, and the wider
+    one holds those values exactly.  A state wider than the carry is left for scan to refuse."""
+    if new.dtype != carry.dtype and torch.promote_types(new.dtype, carry.dtype) == carry.dtype:
+        return new.to(carry.dtype)
+    return new.clone()
+
+
 def scan_loop(step: Callable, x_proj: Tensor, state: tuple, q: dict, lengths: Tensor | None = None):
     """`time_loop` as torch's scan operator (`torch._higher_order_ops.scan`), the loop of
     `jax_impl.cells.time_loop` (`lax.scan`): one loop that `torch.compile(fullgraph=True)`
@@ -260,7 +270,7 @@ def scan_loop(step: Callable, x_proj: Tensor, state: tuple, q: dict, lengths: Te
     def combine(carry, xs):
         x_t, valid = xs if lengths is not None else (xs, None)
         new, out = mask_step(valid, step(x_t, carry, q), carry)
-        return tuple(s.clone() for s in new), out.clone()
+        return tuple(_as_carry(n, c) for n, c in zip(new, carry)), out.clone()
 
     xs = x_proj if lengths is None else (x_proj, valid_mask(lengths, x_proj.shape[0]))
     final, outputs = scan(combine, tuple(s.clone() for s in state), xs)

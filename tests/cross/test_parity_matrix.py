@@ -14,10 +14,11 @@ and every JAX impl) compile anew for every configuration and dtype (seconds per 
 the shared 2-core CPU), so by default each of them is collected only on
 `shared.parity.covering_cases`: per cell type, the few vectors that together carry every
 feature tag it supports in float64; the cheapest of them per cell type in float32; the
-cheapest lstm and gru ones in the reduced precisions.  torch.scan, whose compile of a
+cheapest lstm and gru ones in the reduced precisions, and in the mixed ones (autocast) the
+cheapest projected LSTM as well.  torch.scan, whose compile of a
 forward and backward scan costs the most per configuration, runs leaner still (`LEAN`): in
 float64 each cell type's one richest vector (the most feature tags), in every other dtype the
-cheapest lstm and gru ones.  The other cells are not generated at all (no skips stand for them).  The eager implementations run every vector
+cheapest lstm and gru ones (and the projected LSTM in the mixed ones).  The other cells are not generated at all (no skips stand for them).  The eager implementations run every vector
 in every dtype.
 
 The full matrix: `RNNBENCH_FULL_MATRIX=1` generates every cell for every implementation
@@ -81,7 +82,8 @@ def _slow_subset(impl: str) -> dict[str, set[str]]:
     and gru ones.  `LEAN` implementations: in float64 each cell type's richest covering case,
     in float32 the cheapest lstm and gru ones too.
     """
-    cover = parity.covering_cases(CASES, parity.supported_in_any_dtype(impl, DTYPES))
+    supported = parity.supported_in_any_dtype(impl, DTYPES)
+    cover = parity.covering_cases(CASES, supported)
     cheapest, richest = {}, {}
     for case in cover:
         cell = case.spec.cell
@@ -92,9 +94,18 @@ def _slow_subset(impl: str) -> dict[str, set[str]]:
     cheap = {c.name for c in cheapest.values()}
     # reduced precisions: the cheapest lstm and gru vectors (every cell runs them on the eager rungs)
     plain = {c.name for c in cheapest.values() if c.spec.cell in ("lstm", "gru")}
+    # mixed precisions also the cheapest projected LSTM: autocast's projection GEMM returns h in the
+    # compute dtype, which a scan's fixed-dtype carry must absorb (the eager loops never see it)
+    projected = [c for c in CASES if c.spec.cell == "lstm" and "proj_size" in c.tags and supported(c)]
+    mixed = plain | ({min(projected, key=parity.case_cost).name} if projected else set())
+
+    def reduced(d: str) -> set[str]:
+        return mixed if precision.precision(d).mixed else plain
+
     if impl in LEAN:
-        return {d: {c.name for c in richest.values()} if d == "float64" else plain for d in DTYPES}
-    return {d: {c.name for c in cover} if d == "float64" else cheap if d == "float32" else plain for d in DTYPES}
+        return {d: {c.name for c in richest.values()} if d == "float64" else reduced(d) for d in DTYPES}
+    return {d: {c.name for c in cover} if d == "float64" else cheap if d == "float32" else reduced(d)
+            for d in DTYPES}
 
 
 SUBSET_ONLY = {name: _slow_subset(name) for name in AVAILABLE if parity.is_slow(name) and name not in FULL}

@@ -189,6 +189,13 @@ def test_parity_matrix_time_records_each_implementation_and_never_runs_the_whole
     assert pmt.counts("= 3 passed, 1 failed, 2 skipped, 1 error in 4.10s =") == dict(passed=3, failed=1, skipped=2,
                                                                                      error=1)
     assert pmt.counts("= 4 passed in 1.00s =") == dict(passed=4, failed=0, skipped=0)
+    # which cells failed is kept, not only how many
+    stdout = ("..F.E\n=== short test summary info ===\n"
+              "FAILED tests/cross/test_parity_matrix.py::test_matches_reference[torch.scan-gru_default-bfloat16] - "
+              "AssertionError: x\nERROR tests/x.py::test_y[a b] - RuntimeError\n1 failed, 3 passed, 1 error in 2.00s\n")
+    assert pmt.failures(stdout) == ["tests/cross/test_parity_matrix.py::test_matches_reference[torch.scan-gru_default-"
+                                    "bfloat16]", "tests/x.py::test_y[a b]"]
+    assert pmt.failures("4 passed in 1.00s\n") == []
     # an implementation with no cells here must not hand pytest an empty list (it would run every test)
     monkeypatch.setattr(pmt, "node_ids", lambda impl, env: [])
     monkeypatch.setattr(pmt.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran pytest")))
