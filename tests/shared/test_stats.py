@@ -306,3 +306,16 @@ def test_two_processes_take_the_t_interval_and_one_process_its_confidence_and_se
     assert narrow["hi"] - narrow["lo"] < wide["hi"] - wide["lo"]
     few = pooled_ratio([pairs], n_boot=20)  # few resamples: the seed shows
     assert few == pooled_ratio([pairs], n_boot=20, seed=0) != pooled_ratio([pairs], n_boot=20, seed=1)
+
+
+def test_baseline_modes_summarizes_each_cell_and_thread_count_apart():
+    bm = _script("baseline_modes")
+    samples = [dict(cell="gru", threads=2, forward_s=0.004, train_s=0.020),
+               dict(cell="gru", threads=2, forward_s=0.004, train_s=0.037),
+               dict(cell="gru", threads=1, forward_s=0.005, train_s=0.018),
+               dict(cell="lstm", threads=2, forward_s=0.002, train_s=0.005)]
+    rows = {(r["cell"], r["threads"]): r for r in bm.summarize(samples)}
+    assert set(rows) == {("gru", 1), ("gru", 2), ("lstm", 2)}
+    assert rows[("gru", 2)]["processes"] == 2 and rows[("gru", 2)]["train_ms"] == [20.0, 37.0]
+    assert rows[("gru", 2)]["train_max_over_min"] == pytest.approx(1.85)
+    assert rows[("gru", 2)]["forward_max_over_min"] == 1.0 and rows[("gru", 1)]["train_max_over_min"] == 1.0

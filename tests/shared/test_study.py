@@ -690,3 +690,13 @@ def test_the_report_counts_other_processes_cpu_time_not_the_studys_own_load(tmp_
         text = write_report(path, tmp_path / str(others)).read_text()
         assert f"- Other processes: {others:.0f} CPU-s during the run's 100 s ({others / 100:.0%} of one CPU" in text
         assert ("the machine was not quiet" in text) is not quiet
+
+
+def test_protocol_line_says_how_many_processes_each_measurement_ran_in():
+    from shared.study.report.context import protocol
+
+    fixed = protocol(dict(processes=3, max_processes=3, budget_s=1.0, timeout=240.0, target_half_width=0.03))
+    assert "in 3 fresh processes per measurement;" in fixed and "±" not in fixed
+    adaptive = protocol(dict(processes=3, max_processes=5, budget_s=1.0, timeout=240.0, target_half_width=0.05))
+    assert "in 3 to 5 fresh processes per measurement (more while the interval is wider than ±5%)" in adaptive
+

@@ -40,12 +40,18 @@ def quiet_verdict(res: Results) -> tuple[str, bool]:
     return line, busy
 
 
+def _processes(meta: dict) -> str:
+    least, most = meta["processes"], meta.get("max_processes") or meta["processes"]
+    if most <= least:
+        return f"in {least} fresh processes per measurement"
+    return (f"in {least} to {most} fresh processes per measurement (more while the interval is wider "
+            f"than ±{100 * meta.get('target_half_width', 0.03):.0f}%)")
+
+
 def protocol(meta: dict) -> str:
     if meta.get("processes"):
         return (f"each rung paired with float32 nn.LSTM / nn.GRU in one process, calls alternated (at least 5 "
-                f"pairs, on for {meta.get('budget_s')} s a phase), in {meta['processes']} to "
-                f"{meta.get('max_processes')} fresh processes per measurement (more while the interval is wider "
-                f"than ±{100 * meta.get('target_half_width', 0.03):.0f}%); ratio: geometric mean over processes of "
+                f"pairs, on for {meta.get('budget_s')} s a phase), {_processes(meta)}; ratio: geometric mean over processes of "
                 f"each process's median pairwise ratio, [95% CI] Student's t over the processes' log ratios "
                 f"(shared/study/stats.py); first call (trace + compile) timed apart, in the first process with an "
                 f"empty torch compile cache; timeout {meta.get('timeout')} s a process")

@@ -1,0 +1,113 @@
+"""Is the baseline itself stable between processes?  `nn.LSTM` / `nn.GRU` alone, fresh processes.
+
+    python scripts/baseline_modes.py --rounds 6                      # S2, LSTM and GRU, 2 threads and 1
+    python scripts/baseline_modes.py --workload S1 --out FILE.json
+
+Every ratio of the study divides by float32 `nn.LSTM` / `nn.GRU` of the same workload.  When a
+ratio moves between runs while the rung's own time holds, the baseline moved.  This script
+times the study's own baseline workload (`torch.native`'s `make_workload`, the code the study
+pairs every rung with) alone, in fresh processes, rounds interleaving the cells and the thread
+counts, and records each process's median forward and forward+backward time, then per cell and
+thread count the largest over the smallest process median.  Run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def child(cell: str, threads: int, workload: str, calls: int) -> dict:
+    from shared.measure.threads import pin_threads
+
+    pin_threads(threads)  # before torch is imported, as the study's worker does
+    from shared import registry
+    from shared.measure.workloads import resolve
+
+    w = resolve(workload)[0]
+    adapter = registry.get("torch.native").adapter()
+    adapter_fw = sys.modules[type(adapter).__module__]
+    if hasattr(adapter_fw, "set_threads"):
+        adapter_fw.set_threads(threads)
+    wl = adapter.make_workload(w.spec(cell), seq_len=w.seq_len, batch=w.batch, dtype="float32", seed=0)
+    for _ in range(3):
+        wl.forward()
+        wl.train_step()
+    out = {}
+    for phase, call in (("forward", wl.forward), ("train", wl.train_step)):
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+        out[f"{phase}_s"] = statistics.median(times)
+    return dict(cell=cell, threads=threads, workload=workload, pid=os.getpid(), **out)
+
+
+def summarize(samples: list[dict]) -> list[dict]:
+    rows = []
+    for key in sorted({(s["cell"], s["threads"]) for s in samples}):
+        mine = [s for s in samples if (s["cell"], s["threads"]) == key]
+        row = dict(cell=key[0], threads=key[1], processes=len(mine))
+        for phase in ("forward", "train"):
+            values = [s[f"{phase}_s"] for s in mine]
+            row[f"{phase}_ms"] = [round(v * 1e3, 3) for v in values]
+            row[f"{phase}_max_over_min"] = max(values) / min(values)
+        rows.append(row)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=6, help="fresh processes per cell and thread count")
+    ap.add_argument("--workload", default="S2")
+    ap.add_argument("--threads", default="2,1", help="thread counts, comma-separated")
+    ap.add_argument("--cells", default="lstm,gru")
+    ap.add_argument("--calls", type=int, default=40, help="timed calls per phase in each process")
+    ap.add_argument("--out", type=Path, default=None, help="write the record (JSON) here")
+    ap.add_argument("--child", nargs=2, metavar=("CELL", "THREADS"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.workload, args.calls)))
+        return 0
+    from shared.study.machine import machine_info
+
+    threads = [int(t) for t in args.threads.split(",")]
+    cells = [c.strip() for c in args.cells.split(",") if c.strip()]
+    samples = []
+    for _ in range(args.rounds):
+        for cell in cells:
+            for n in threads:
+                out = subprocess.run([sys.executable, __file__, "--child", cell, str(n), "--workload", args.workload,
+                                      "--calls", str(args.calls)], capture_output=True, text=True, check=True)
+                samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(f"{cell} threads={n}: train {samples[-1]['train_s'] * 1e3:.2f} ms, "
+                      f"forward {samples[-1]['forward_s'] * 1e3:.2f} ms", flush=True)
+    info = machine_info("cpu", max(threads))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    record = dict(command="python scripts/baseline_modes.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                  date=datetime.now(timezone.utc).isoformat(timespec="seconds"), commit=commit,
+                  cpu=info.get("cpu"), cores=info.get("logical_cpus"), workload=args.workload, calls=args.calls,
+                  rows=summarize(samples), samples=samples)
+    for row in record["rows"]:
+        print(f"{row['cell']} threads={row['threads']}: train max/min {row['train_max_over_min']:.2f} "
+              f"{row['train_ms']}; forward max/min {row['forward_max_over_min']:.2f}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
