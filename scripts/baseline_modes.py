@@ -19,7 +19,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,25 +31,20 @@ def child(cell: str, threads: int, workload: str, calls: int) -> dict:
 
     pin_threads(threads)  # before torch is imported, as the study's worker does
     from shared import registry
+    from shared.measure.timing import time_calls
     from shared.measure.workloads import resolve
+    from torch_impl.adapter import set_threads
 
+    set_threads(threads)  # the env pinned the pools before import; this sizes the rest (the worker's order)
     w = resolve(workload)[0]
     adapter = registry.get("torch.native").adapter()
-    adapter_fw = sys.modules[type(adapter).__module__]
-    if hasattr(adapter_fw, "set_threads"):
-        adapter_fw.set_threads(threads)
     wl = adapter.make_workload(w.spec(cell), seq_len=w.seq_len, batch=w.batch, dtype="float32", seed=0)
     for _ in range(3):
         wl.forward()
         wl.train_step()
-    out = {}
-    for phase, call in (("forward", wl.forward), ("train", wl.train_step)):
-        times = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - t0)
-        out[f"{phase}_s"] = statistics.median(times)
+    # a fixed count of calls (no time budget): every process gets the same number of samples
+    out = {f"{phase}_s": statistics.median(time_calls(call, calls, budget_s=float("inf")))
+           for phase, call in (("forward", wl.forward), ("train", wl.train_step))}
     return dict(cell=cell, threads=threads, workload=workload, pid=os.getpid(), **out)
 
 
