@@ -310,8 +310,10 @@ def test_two_processes_take_the_t_interval_and_one_process_its_confidence_and_se
 
 def test_baseline_modes_summarizes_each_cell_and_thread_count_apart():
     bm = _script("baseline_modes")
-    samples = [dict(cell="gru", threads=2, forward_s=0.004, train_s=0.020),
-               dict(cell="gru", threads=2, forward_s=0.004, train_s=0.037),
+    samples = [dict(cell="gru", threads=2, forward_s=0.004, train_s=0.020, train_blocks_ms=[20.0, 38.0, 21.0],
+                    gemm_blocks_ms=[1.4, 1.5, 1.4]),
+               dict(cell="gru", threads=2, forward_s=0.004, train_s=0.037, train_blocks_ms=[37.0, 37.0],
+                    gemm_blocks_ms=[1.5, 1.5]),
                dict(cell="gru", threads=1, forward_s=0.005, train_s=0.018),
                dict(cell="lstm", threads=2, forward_s=0.002, train_s=0.005)]
     rows = {(r["cell"], r["threads"]): r for r in bm.summarize(samples)}
@@ -319,3 +321,7 @@ def test_baseline_modes_summarizes_each_cell_and_thread_count_apart():
     assert rows[("gru", 2)]["processes"] == 2 and rows[("gru", 2)]["train_ms"] == [20.0, 37.0]
     assert rows[("gru", 2)]["train_max_over_min"] == pytest.approx(1.85)
     assert rows[("gru", 2)]["forward_max_over_min"] == 1.0 and rows[("gru", 1)]["train_max_over_min"] == 1.0
+    # within a process: the largest block over the smallest, of the process that moved most
+    assert rows[("gru", 2)]["train_within_max_over_min"] == pytest.approx(1.9)
+    assert rows[("gru", 2)]["gemm_within_max_over_min"] == pytest.approx(1.5 / 1.4)
+    assert "train_within_max_over_min" not in rows[("gru", 1)]  # records without blocks say nothing
