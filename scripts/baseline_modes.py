@@ -76,6 +76,11 @@ def summarize(samples: list[dict]) -> list[dict]:
             spans = [max(s[f"{what}_blocks_ms"]) / min(s[f"{what}_blocks_ms"]) for s in mine if s.get(f"{what}_blocks_ms")]
             if spans:
                 row[f"{what}_within_max_over_min"] = max(spans)
+        # the control between the same processes: does a large GEMM move with the baseline?
+        gemm = [statistics.median(s["gemm_blocks_ms"]) for s in mine if s.get("gemm_blocks_ms")]
+        if gemm:
+            row["gemm_ms"] = [round(g, 3) for g in gemm]
+            row["gemm_max_over_min"] = max(gemm) / min(gemm)
         rows.append(row)
     return rows
 

@@ -324,4 +324,5 @@ def test_baseline_modes_summarizes_each_cell_and_thread_count_apart():
     # within a process: the largest block over the smallest, of the process that moved most
     assert rows[("gru", 2)]["train_within_max_over_min"] == pytest.approx(1.9)
     assert rows[("gru", 2)]["gemm_within_max_over_min"] == pytest.approx(1.5 / 1.4)
+    assert rows[("gru", 2)]["gemm_ms"] == [1.4, 1.5] and rows[("gru", 2)]["gemm_max_over_min"] == pytest.approx(1.5 / 1.4)
     assert "train_within_max_over_min" not in rows[("gru", 1)]  # records without blocks say nothing

@@ -551,6 +551,42 @@ def test_what_to_use_calls_a_tie_when_intervals_overlap_and_flips_only_on_clear_
     assert "tie within noise: jax.bptt ≈ torch.native" in table and "0.60x [0.55, 0.66]" in table
 
 
+def test_a_baseline_that_moved_between_the_runs_processes_marks_the_answer_and_says_how_far():
+    from shared.study.report.sections import what_to_use_section
+    from shared.study.table import CSV_FIELDS, UNSTABLE_BASELINE, what_to_use
+
+    wl = workloads.resolve("quick")[0].to_dict()
+    common = dict(kind="measurement", run_id="r1", group="main", device="cpu", dtype="float32", status="ok",
+                  workload=wl, forward_iqr_s=0.0, train_iqr_s=0.0, first_train_s=1.0, first_forward_s=0.5,
+                  forward_s=0.01, train_s=0.02)
+    recs = [dict(kind="meta", run_id="r1", machine={})]
+    # every rung's processes time the baseline beside it: GRU's fwd+bwd lands at 22 or 37 ms, a
+    # load spike hits one LSTM process only (the quartiles ignore it)
+    gru_train = [0.022, 0.022, 0.037, 0.037, 0.022, 0.037, 0.022, 0.037]
+    lstm_train = [0.006, 0.006, 0.006, 0.006, 0.006, 0.006, 0.006, 0.030]
+    for cell, trains in (("gru", gru_train), ("lstm", lstm_train)):
+        recs.append(dict(common, key=f"{cell}native", cell=cell, workload_name="S2", impl="torch.native",
+                         framework="torch"))
+        for p, base in enumerate(trains):
+            impl = ("torch.bptt", "jax.bptt")[p % 2]
+            recs.append(dict(common, key=f"{cell}{impl}#p{p // 2}", process=p // 2, cell=cell, workload_name="S2",
+                             impl=impl, framework=impl.split(".")[0], train_base_s=base, forward_base_s=0.004,
+                             train_pairs=[(0.5 * base, base)] * 3, forward_pairs=[(0.002, 0.004)] * 3))
+    res = collect(recs)
+    gru = res.baselines["gru", "S2", "cpu", "train"]
+    assert gru["processes"] == 8 and gru["q25_s"] == pytest.approx(0.022) and gru["q75_s"] == pytest.approx(0.037)
+    assert gru["spread"] > UNSTABLE_BASELINE >= res.baselines["lstm", "S2", "cpu", "train"]["spread"] == 1.0
+    assert res.baselines["gru", "S2", "cpu", "forward"]["spread"] == 1.0
+    rows, _ = what_to_use(res)
+    marked = {(r["cell"], r["mode"]) for r in rows if r["baseline_spread"] and r["baseline_spread"] > UNSTABLE_BASELINE}
+    assert marked == {("gru", "training")}
+    text = "\n".join(what_to_use_section(res))
+    assert text.count(" †") == 1 and "† The baseline moved between this run's processes: nn.GRU S2 fwd+bwd 22 ms at the lower" \
+        in text and "37 ms at the upper (1.68x)" in text and "nn.LSTM" not in text.split("†")[2]
+    assert {"forward_baseline_spread", "train_baseline_spread"} <= set(CSV_FIELDS)
+    assert all(r["train_baseline_spread"] == pytest.approx(37 / 22) for r in table_rows(res) if r["cell"] == "gru")
+
+
 def test_the_realistic_workload_is_a_packed_two_layer_bidirectional_batch():
     r1 = workloads.resolve("R1")[0]
     assert r1 in workloads.resolve("cpu") and r1.packed and r1.num_layers == 2 and r1.bidirectional

@@ -14,7 +14,9 @@ from ..table import (
     fmt,
     precision_markdown,
     precision_rows,
+    plain_family,
     table_rows,
+    unstable_baseline,
     what_to_use,
     what_to_use_markdown,
 )
@@ -115,6 +117,23 @@ def custom_section(res: Results) -> list[str]:
     return lines
 
 
+def unstable_baselines_note(res: Results, rows: list[dict]) -> list[str]:
+    """The † of "what to use": the baselines that moved between the run's processes, with their quartiles."""
+    marked = [r for r in rows if unstable_baseline(r)]
+    if not marked:
+        return []
+    parts = []
+    for cell, wl, phase in dict.fromkeys((r["cell"], r["workload"], r["phase"]) for r in marked):
+        family = plain_family(cell)
+        b = next(v for (c, w, _, ph), v in res.baselines.items() if (c, w, ph) == (family, wl, phase))
+        parts.append(f"{PLAIN_NATIVE.get(family, family)} {wl} {'fwd+bwd' if phase == 'train' else 'forward'} "
+                     f"{fmt(b['q25_s'] * 1e3, 'ms')} ms at the lower quartile of {b['processes']} processes, "
+                     f"{fmt(b['q75_s'] * 1e3, 'ms')} ms at the upper ({fmt(b['spread'], 'x')})")
+    return ["† The baseline moved between this run's processes: " + "; ".join(parts) + ". A ratio over such a "
+            "baseline moves between runs with the share of slow processes each run draws, by up to that much: "
+            "compare those ratios within this run, not with another run's (docs/study.md, reproducibility).", ""]
+
+
 def what_to_use_section(res: Results) -> list[str]:
     rows, flips = what_to_use(res)
     if not rows:
@@ -126,6 +145,7 @@ def what_to_use_section(res: Results) -> list[str]:
              "winner costs on its first call and in memory (peak RSS, and net of the framework's own). Rows "
              "whose times are flagged under Sanity (noise, a forward slower than its forward+backward) do not "
              "compete.", "", what_to_use_markdown(rows), ""]
+    lines += unstable_baselines_note(res, rows)
     intervals = any(r["best_lo"] is not None and r["best_lo"] != r["best_hi"] for r in rows)
     if not intervals:
         lines += ["These records carry no intervals (measured before the paired protocol): a winner by a few "

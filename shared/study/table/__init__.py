@@ -19,7 +19,7 @@ the measurement core's (`shared.measure.roof`; the names `derive_roof`, `merge_r
 
 from ...deprecation import moved_names
 from ..formatting import fmt, fmt_ratio
-from .choice import MODES, native_interval, what_to_use, what_to_use_markdown, winner_text
+from .choice import MODES, native_interval, unstable_baseline, what_to_use, what_to_use_markdown, winner_text
 from .custom import (
     CUSTOM_COLUMNS,
     PLAIN_NATIVE,
@@ -36,10 +36,12 @@ from .results import Results, collect, pool_processes
 from .rows import (
     NATIVE,
     NOISY_IQR,
+    UNSTABLE_BASELINE,
     parity_note,
     parity_of,
     parity_ok_of,
     parity_ratio_of,
+    plain_family,
     sanity_flags,
     table_rows,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..formatting import fmt, format_ratio
 from ..stats import compare
 from .results import Results
-from .rows import NATIVE, ratio_or_none, table_rows
+from .rows import NATIVE, UNSTABLE_BASELINE, ratio_or_none, table_rows
 
 MODES = (("training", "train", "first_train_s"), ("inference", "forward", "first_forward_s"))
 
@@ -51,7 +51,8 @@ def what_to_use(res: Results) -> tuple[list[dict], list[str]]:
                                 jax_over_torch=ratio_or_none(j and j[f"{phase}_x_native"], t and t[f"{phase}_x_native"]),
                                 jax_vs_torch=compare(native_interval(j, phase), native_interval(t, phase)) if j and t else None,
                                 first_call_s=best.get(first), peak_rss_mib=best.get("peak_rss_mib"),
-                                net_rss_mib=best.get("net_rss_mib")))
+                                net_rss_mib=best.get("net_rss_mib"), phase=phase,
+                                baseline_spread=best.get(f"{phase}_baseline_spread")))
     flips = []
     for cell in dict.fromkeys(r["cell"] for r in out):
         for mode, _, _ in MODES:
@@ -60,6 +61,11 @@ def what_to_use(res: Results) -> tuple[list[dict], list[str]]:
             if len(set(winners.values())) > 1:
                 flips.append(f"{cell} {mode}: " + ", ".join(f"{impl} on {wl}" for wl, impl in winners.items()))
     return out, flips
+
+
+def unstable_baseline(r: dict) -> bool:
+    """Whether a "what to use" row's ratios rest on a baseline that moved between the run's processes."""
+    return (r.get("baseline_spread") or 0) > UNSTABLE_BASELINE
 
 
 def winner_text(r: dict) -> str:
@@ -72,8 +78,11 @@ def what_to_use_markdown(rows: list[dict]) -> str:
              "its first call s | its peak RSS MiB (net) |", "|---|---|---|---|---:|---:|---|---|---:|---:|---:|"]
     for r in rows:
         jt = fmt(r["jax_over_torch"], "x") + {"=": " (tie)"}.get(r["jax_vs_torch"], "")
-        lines.append(f"| {r['cell']} | {r['workload']} | {r['mode']} | {winner_text(r)} | "
-                     f"{format_ratio(r['best_ratio'], r['best_lo'], r['best_hi']) if r['best_lo'] != r['best_hi'] else fmt(r['best_ratio'], 'x')} | "
+        ratio = (format_ratio(r['best_ratio'], r['best_lo'], r['best_hi']) if r['best_lo'] != r['best_hi']
+                 else fmt(r['best_ratio'], 'x'))
+        if unstable_baseline(r):
+            ratio += " †"  # explained under the table (`unstable_baselines`)
+        lines.append(f"| {r['cell']} | {r['workload']} | {r['mode']} | {winner_text(r)} | {ratio} | "
                      f"{fmt(r['best_ms'], 'ms')} | {r['best_torch'] or 'n/a'} | {r['best_jax'] or 'n/a'} | {jt} | "
                      f"{fmt(r['first_call_s'], 's')} | {fmt(r['peak_rss_mib'], 'mib')} ({fmt(r['net_rss_mib'], 'mib')}) |")
     return "\n".join(lines)

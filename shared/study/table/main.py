@@ -60,7 +60,8 @@ CSV_FIELDS = ["impl", "framework", "rung", "group", "cell", "workload", "device"
               "parity_bound_ratio", "kernel_isa", "flags",
               "forward_ratio_lo", "forward_ratio_hi", "forward_processes", "forward_pairs_n", "forward_tight",
               "train_ratio_lo", "train_ratio_hi", "train_processes", "train_pairs_n", "train_tight",
-              "net_rss_mib", "first_forward_warm_s", "first_train_warm_s"]
+              "net_rss_mib", "first_forward_warm_s", "first_train_warm_s",
+              "forward_baseline_spread", "train_baseline_spread"]
 
 
 def write_csv(rows: list[dict], path: Path, first: tuple[str, ...] = ()) -> None:

@@ -4,7 +4,8 @@
 (`pool_processes`: the processes of a measurement, `records.process_key`, become one, with
 the pooled ratio and its interval, `shared.study.stats`), the GEMM roofs (both passes merged
 and derived, `shared.measure.roof`), the latest run's unavailable implementations, the runs'
-settings and ends.  When a key was measured more than once (a resumed study retrying
+settings and ends, and how much the baseline itself moved between the run's processes
+(`baseline_spreads`).  When a key was measured more than once (a resumed study retrying
 failures), the last record wins.
 """
 
@@ -23,6 +24,8 @@ class Results:
     unavailable: dict[str, str]  # impl -> reason (latest run)
     metas: list[dict]
     ends: list[dict] = field(default_factory=list)  # one per finished run: its end time and load
+    # (cell, workload, device, phase) -> the baseline's spread over every process of the run
+    baselines: dict[tuple[str, str, str, str], dict] = field(default_factory=dict)
 
     def find(self, impl: str, cell: str, workload: str, device: str, dtype: str) -> dict | None:
         for m in self.measurements:
@@ -58,7 +61,44 @@ def collect(records: list[dict]) -> Results:
         elif kind == "end":
             ends.append(r)
     return Results(pool_processes([latest[k] for k in order]), {k: derive_roof(r) for k, r in roofs.items()},
-                   unavailable, metas, ends)
+                   unavailable, metas, ends, baseline_spreads([latest[k] for k in order]))
+
+
+def _quantile(values: list[float], p: float) -> float:
+    v = sorted(values)
+    i = p * (len(v) - 1)
+    lo = int(i)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (i - lo)
+
+
+def baseline_spreads(records: list[dict]) -> dict[tuple[str, str, str, str], dict]:
+    """How far the float32 baseline (nn.LSTM / nn.GRU) moved between the processes of a run.
+
+    Every paired process of the main group times the same baseline workload beside its rung, so a
+    run holds one baseline time per process for each cell, workload and phase.  Their upper over
+    lower quartile is the spread: a load spike moves one process and not the quartiles, a baseline
+    that lands in one of two states for a share of the run moves them.  A ratio over a baseline
+    with a wide spread moves between runs with the share of slow processes each run draws.
+    Returns {(cell, workload, device, phase): {"spread", "q25_s", "q75_s", "processes"}} for
+    entries with at least four processes.
+    """
+    from ...cells import CELL_DEFS
+
+    times: dict[tuple[str, str, str, str], list[float]] = {}
+    for r in records:
+        if r.get("status") != "ok" or r.get("dtype") != "float32" or r.get("group", "main") != "main":
+            continue
+        cell = CELL_DEFS[r["cell"]].family if r["cell"] in CELL_DEFS else r["cell"]  # the baseline's cell
+        for phase in ("forward", "train"):
+            if r.get(f"{phase}_base_s"):
+                times.setdefault((cell, r["workload_name"], r["device"], phase), []).append(r[f"{phase}_base_s"])
+    out = {}
+    for key, values in times.items():
+        if len(values) >= 4:
+            q25, q75 = _quantile(values, 0.25), _quantile(values, 0.75)
+            out[key] = dict(spread=q75 / q25, q25_s=q25, q75_s=q75, processes=len(values))
+    return out
 
 
 def pool_processes(records: list[dict]) -> list[dict]:

@@ -39,6 +39,10 @@ def _x_native(m: dict, native: dict | None, phase: str):
 
 
 NOISY_IQR = 1 / 3  # an IQR wider than this fraction of the median is noise, not a result
+# The baseline's upper over lower quartile across a run's processes (`results.baseline_spreads`)
+# above which its ratios are read within the run only: between what a baseline that holds still
+# and one in two states show in the committed runs (docs/study.md, "Reproducibility").
+UNSTABLE_BASELINE = 1.25
 
 
 def sanity_flags(row: dict) -> list[str]:
@@ -85,6 +89,9 @@ def table_rows(res: Results) -> list[dict]:
             forward_x_native=_x_native(m, native, "forward"), train_x_native=_x_native(m, native, "train"),
             **{f"{phase}_{k}": m.get(f"{phase}_{k}") for phase in ("forward", "train")
                for k in ("ratio", "ratio_lo", "ratio_hi", "processes", "pairs_n", "tight", "process_spread")},
+            **{f"{phase}_baseline_spread": (res.baselines.get((plain_family(m["cell"]), m["workload_name"], m["device"],
+                                                               phase)) or {}).get("spread")
+               for phase in ("forward", "train")},
             net_rss_mib=to_mib(m.get("net_rss_bytes")),
             first_forward_warm_s=m.get("first_forward_warm_s"), first_train_warm_s=m.get("first_train_warm_s"),
             kernel_choices=m.get("kernel_choices"),
