@@ -7,7 +7,8 @@ Each run is `rnnbench compare --profile answer` with every rung (S1 and S2, LSTM
 and forward+backward, each ratio with its 95% interval) into OUT/run-K.  Then, per ratio, it prints
 the max/min over the runs, how many runs' values lie inside every other run's interval, and how
 many pairs of runs have overlapping intervals (the study's own test for a tie: two runs agree
-when their intervals overlap), and writes OUT/reproducibility.json.  Goal on a quiet 2-core
+when their intervals overlap), marks (†) a ratio that some run's report marked for a baseline
+that moved between its processes, and writes OUT/reproducibility.json.  Goal on a quiet 2-core
 machine: every ratio within 1.10x max/min over 3 runs, and at least 90% of the values inside
 the other runs' intervals.  Even exact 95% intervals hold another run's value only about five
 times in six (both values carry noise), so the second goal asks for intervals wider than a 95%
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from shared import registry  # noqa: E402
 from shared.study.records import read_records  # noqa: E402
-from shared.study.table import collect, table_rows  # noqa: E402
+from shared.study.table import UNSTABLE_BASELINE, collect, table_rows  # noqa: E402
 
 MAX_OVER_MIN = 1.10
 INSIDE_SHARE = 0.90
@@ -53,7 +54,8 @@ def ratios(run_dir: Path) -> dict[str, dict]:
         for phase in ("forward", "train"):
             if r.get(f"{phase}_x_native") is not None:
                 out[f"{r['impl']} {r['cell']} {r['workload']} {phase}"] = dict(
-                    ratio=r[f"{phase}_x_native"], lo=r.get(f"{phase}_ratio_lo"), hi=r.get(f"{phase}_ratio_hi"))
+                    ratio=r[f"{phase}_x_native"], lo=r.get(f"{phase}_ratio_lo"), hi=r.get(f"{phase}_ratio_hi"),
+                    marked=(r.get(f"{phase}_baseline_spread") or 0) > UNSTABLE_BASELINE)
     return out
 
 
@@ -92,10 +94,15 @@ def summarize(runs: list[dict[str, dict]]) -> dict:
         overlap += agree
         run_pairs += len(both)
         rows.append(dict(key=key, ratios=xs, max_over_min=spread, inside_others=ins, runs=len(values),
-                         overlapping_pairs=agree, pairs=len(both)))
+                         overlapping_pairs=agree, pairs=len(both),
+                         marked=sum(bool(v.get("marked")) for v in values)))
     worst = max(rows, key=lambda r: r["max_over_min"], default=None)
     beyond = sorted((r for r in rows if r["max_over_min"] > MAX_OVER_MIN), key=lambda r: -r["max_over_min"])
+    # the ratios no run's report marked (†: its baseline moved between that run's processes)
+    clean = [r for r in rows if not r["marked"]]
     return dict(runs=len(runs), ratios=len(rows), worst_max_over_min=worst and worst["max_over_min"],
+                unmarked=len(clean), unmarked_within_goal=sum(r["max_over_min"] <= MAX_OVER_MIN for r in clean),
+                unmarked_worst=max((r["max_over_min"] for r in clean), default=None),
                 worst_key=worst and worst["key"], beyond_goal=[f"{r['key']} {r['max_over_min']:.2f}" for r in beyond],
                 within_goal=sum(r["max_over_min"] <= MAX_OVER_MIN for r in rows),
                 inside_share=inside / checked if checked else None,
@@ -121,7 +128,7 @@ def main(argv=None) -> int:
     result = summarize([ratios(d) for d in dirs])
     result["run_info"] = [run_info(d) for d in dirs]
     for r in result["rows"]:
-        mark = "" if r["max_over_min"] <= MAX_OVER_MIN else "  > goal"
+        mark = ("" if r["max_over_min"] <= MAX_OVER_MIN else "  > goal") + ("  †" * bool(r["marked"]))
         print(f"{r['key']:45s} " + " ".join(f"{x:6.2f}" for x in r["ratios"])
               + f"   max/min {r['max_over_min']:.3f}  inside others {r['inside_others']}/{r['runs']}{mark}")
     share, agree = result["inside_share"], result["overlap_share"]
@@ -129,6 +136,8 @@ def main(argv=None) -> int:
           f"max/min (worst {result['worst_max_over_min'] or float('nan'):.3f}); "
           f"{'n/a' if share is None else f'{share:.0%}'} of values inside every other run's interval; "
           f"{'n/a' if agree is None else f'{agree:.0%}'} of run pairs with overlapping intervals")
+    print(f"{result['unmarked']} ratios that no run marked † (a baseline that moved between its processes): "
+          f"{result['unmarked_within_goal']} within {MAX_OVER_MIN}x")
     path = args.json or out / "reproducibility.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")

@@ -93,6 +93,11 @@ def test_reproducibility_summary_counts_spread_and_values_inside_the_other_runs_
     assert s["within_goal"] == 1 and s["inside_share"] == pytest.approx(0.5)
     assert s["worst_key"] == "b" and s["beyond_goal"] == ["b 1.33"]
     assert b["overlapping_pairs"] == 0 and b["pairs"] == 1 and s["overlap_share"] == pytest.approx(0.5)
+    # a ratio that one run's report marked (its baseline moved between that run's processes)
+    runs[1]["b"]["marked"] = True
+    s = mod.summarize(runs[:2])
+    assert next(r for r in s["rows"] if r["key"] == "b")["marked"] == 1
+    assert s["unmarked"] == 1 and s["unmarked_within_goal"] == 1 and s["unmarked_worst"] == pytest.approx(1.02)
 
 
 def _script(name: str):
