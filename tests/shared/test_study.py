@@ -551,6 +551,14 @@ def test_what_to_use_calls_a_tie_when_intervals_overlap_and_flips_only_on_clear_
     assert "tie within noise: jax.bptt ≈ torch.native" in table and "0.60x [0.55, 0.66]" in table
 
 
+def test_the_answer_names_the_machine_and_its_thread_count():
+    from shared.study.report.context import answer_section
+
+    for threads, text in ((1, "On AMD EPYC, 1 thread, cpu."), (2, "On AMD EPYC, 2 threads, cpu.")):
+        res = collect([dict(kind="meta", run_id="r", threads=threads, device="cpu", machine={"cpu": "AMD EPYC"})])
+        assert text in answer_section(res), answer_section(res)
+
+
 def test_a_baseline_that_moved_between_the_runs_processes_marks_the_answer_and_says_how_far():
     from shared.study.report.sections import what_to_use_section
     from shared.study.table import CSV_FIELDS, UNSTABLE_BASELINE, what_to_use

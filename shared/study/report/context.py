@@ -70,7 +70,7 @@ def answer_section(res: Results) -> list[str]:
     versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if k in ("torch", "jax"))
     lines = ["## The answer", "",
              f"On {m.get('cpu', 'an unknown CPU')}" + (f" ({', '.join(feats)})" if feats else "")
-             + f", {meta.get('threads')} threads, {meta.get('device')}" + (f", {versions}" if versions else "") + ".",
+             + f", {meta.get('threads')} thread{'' if meta.get('threads') == 1 else 's'}, {meta.get('device')}" + (f", {versions}" if versions else "") + ".",
              ""]
     if verdict:
         lines += [verdict + ".", ""]
