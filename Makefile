@@ -71,9 +71,11 @@ bench-compare: venv
 gate-power: venv
 	$(PY) scripts/gate_power.py $(GATE_POWER_ARGS)
 
-# The study's answer three times in fresh processes: how far each ratio moves (about 45 min; alone).
+# The study's answer three times in fresh processes: how far each ratio moves (every CPU rung: about
+# half an hour a run on two cores; alone).  REPRO_ARGS go to rnnbench compare, e.g. "--threads 1".
 reproducibility: venv
-	$(PY) scripts/reproducibility.py --runs $(or $(RUNS),3) --out $(or $(OUT),reports/reproducibility)
+	$(PY) scripts/reproducibility.py --runs $(or $(RUNS),3) --out $(or $(OUT),reports/reproducibility) \
+		$(if $(REPRO_ARGS),-- $(REPRO_ARGS))
 
 # Mutation testing (mutmut, pinned, in a venv of its own that sees the project's packages through a
 # .pth file) of the kernels, the reference and the statistics, each module against its targeted

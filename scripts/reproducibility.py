@@ -75,6 +75,13 @@ def run_info(run_dir: Path) -> dict:
                 measurements=sum(r.get("kind") == "measurement" for r in records))
 
 
+def select(runs: list[dict[str, dict]], impls: list[str] | None) -> list[dict[str, dict]]:
+    """Only the ratios of `impls` (None: all), keyed "impl cell workload phase"."""
+    if impls is None:
+        return runs
+    return [{k: v for k, v in r.items() if k.split()[0] in impls} for r in runs]
+
+
 def summarize(runs: list[dict[str, dict]]) -> dict:
     keys = sorted(set.intersection(*(set(r) for r in runs))) if runs else []
     rows, inside, checked, overlap, run_pairs = [], 0, 0, 0, 0
@@ -118,6 +125,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, default=None,
                    help="where to write the summary (default OUT/reproducibility.json; the committed records are "
                         "docs/records/reproducibility/MACHINE/: the runs and summary.json)")
+    p.add_argument("--only", default=None, metavar="IMPLS",
+                   help="summarize only these implementations' ratios (comma-separated), e.g. to compare runs "
+                        "of different rung sets on the rungs they share")
     p.add_argument("extra", nargs="*", help="more `rnnbench compare` options after --, e.g. -- --impls ...")
     args = p.parse_args(argv)
     out = args.from_ or args.out
@@ -125,7 +135,9 @@ def main(argv=None) -> int:
         for k in range(args.runs):
             run_study(out / f"run-{k}", args.extra)
     dirs = sorted(d for d in out.glob("run-*") if (d / "results.jsonl").exists())
-    result = summarize([ratios(d) for d in dirs])
+    only = sorted({name.strip() for name in args.only.split(",") if name.strip()}) if args.only else None
+    result = summarize(select([ratios(d) for d in dirs], only))
+    result["only"] = only
     result["run_info"] = [run_info(d) for d in dirs]
     for r in result["rows"]:
         mark = ("" if r["max_over_min"] <= MAX_OVER_MIN else "  > goal") + ("  †" * bool(r["marked"]))

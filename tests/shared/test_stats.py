@@ -98,6 +98,8 @@ def test_reproducibility_summary_counts_spread_and_values_inside_the_other_runs_
     s = mod.summarize(runs[:2])
     assert next(r for r in s["rows"] if r["key"] == "b")["marked"] == 1
     assert s["unmarked"] == 1 and s["unmarked_within_goal"] == 1 and s["unmarked_worst"] == pytest.approx(1.02)
+    named = [{"torch.bptt lstm S1 train": 1, "jax.scan lstm S1 train": 2}]
+    assert mod.select(named, ["jax.scan"]) == [{"jax.scan lstm S1 train": 2}] and mod.select(named, None) == named
 
 
 def _script(name: str):
