@@ -2,6 +2,8 @@
 
     python scripts/reproducibility.py --runs 3 --out reports/repro      # each run: S1 and S2, LSTM and GRU
     python scripts/reproducibility.py --from reports/repro              # re-read runs already made
+    python scripts/reproducibility.py --from reports/repro --processes 3  # as if each had stopped at 3
+    python scripts/reproducibility.py --runs 3 -- --workloads S2 --max-processes 8   # more processes at S2
 
 Each run is `rnnbench compare --profile answer` with every rung (S1 and S2, LSTM and GRU, every CPU rung, forward
 and forward+backward, each ratio with its 95% interval) into OUT/run-K.  Then, per ratio, it prints
@@ -45,10 +47,13 @@ def run_study(out: Path, extra: list[str]) -> None:
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
-def ratios(run_dir: Path) -> dict[str, dict]:
-    """(impl cell workload phase) -> {ratio, lo, hi} of one run's float32 main rows."""
+def ratios(run_dir: Path, processes: int | None = None) -> dict[str, dict]:
+    """(impl cell workload phase) -> {ratio, lo, hi} of one run's float32 main rows; with `processes`,
+    as if each measurement had stopped after its first that many processes."""
+    records = [r for r in read_records(run_dir / "results.jsonl")
+               if processes is None or r.get("kind") != "measurement" or r.get("process", 0) < processes]
     out = {}
-    for r in table_rows(collect(read_records(run_dir / "results.jsonl"))):
+    for r in table_rows(collect(records)):
         if r["group"] != "main" or r["dtype"] != "float32" or r["status"] != "ok" or r["impl"] == "torch.native":
             continue
         for phase in ("forward", "train"):
@@ -128,6 +133,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, metavar="IMPLS",
                    help="summarize only these implementations' ratios (comma-separated), e.g. to compare runs "
                         "of different rung sets on the rungs they share")
+    p.add_argument("--processes", type=int, default=None, metavar="K",
+                   help="with --from: use only each measurement's first K processes (what a run that stopped "
+                        "there would have said), to see what more processes buy")
     p.add_argument("extra", nargs="*", help="more `rnnbench compare` options after --, e.g. -- --impls ...")
     args = p.parse_args(argv)
     out = args.from_ or args.out
@@ -136,8 +144,9 @@ def main(argv=None) -> int:
             run_study(out / f"run-{k}", args.extra)
     dirs = sorted(d for d in out.glob("run-*") if (d / "results.jsonl").exists())
     only = sorted({name.strip() for name in args.only.split(",") if name.strip()}) if args.only else None
-    result = summarize(select([ratios(d) for d in dirs], only))
+    result = summarize(select([ratios(d, args.processes) for d in dirs], only))
     result["only"] = only
+    result["first_processes"] = args.processes
     result["run_info"] = [run_info(d) for d in dirs]
     for r in result["rows"]:
         mark = ("" if r["max_over_min"] <= MAX_OVER_MIN else "  > goal") + ("  †" * bool(r["marked"]))

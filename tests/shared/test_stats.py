@@ -333,3 +333,26 @@ def test_baseline_modes_summarizes_each_cell_and_thread_count_apart():
     assert rows[("gru", 2)]["gemm_within_max_over_min"] == pytest.approx(1.5 / 1.4)
     assert rows[("gru", 2)]["gemm_ms"] == [1.4, 1.5] and rows[("gru", 2)]["gemm_max_over_min"] == pytest.approx(1.5 / 1.4)
     assert "train_within_max_over_min" not in rows[("gru", 1)]  # records without blocks say nothing
+
+
+def test_reproducibility_can_rederive_a_run_from_its_first_processes_only(tmp_path):
+    """`--processes K`: what the run would have said had each measurement stopped after K processes."""
+    import json
+
+    from shared.measure import workloads
+
+    repro = _script("reproducibility")
+    run = tmp_path / "run-0"
+    run.mkdir()
+    common = dict(kind="measurement", run_id="r", group="main", device="cpu", dtype="float32", status="ok",
+                  workload=workloads.resolve("quick")[0].to_dict(), workload_name="S2", cell="gru",
+                  forward_iqr_s=0.0, train_iqr_s=0.0, forward_s=0.01, train_s=0.02)
+    records = [dict(kind="meta", run_id="r", machine={}),
+               dict(common, key="native", impl="torch.native", framework="torch")]
+    for p, ratio in enumerate((1.0, 1.0, 1.0, 2.0, 2.0)):  # the last two processes ran in another state
+        records.append(dict(common, key="bptt" + ("" if p == 0 else f"#p{p}"), process=p, impl="torch.bptt",
+                            framework="torch", train_pairs=[(0.01 * ratio, 0.01)] * 3))
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    first3 = repro.ratios(run, processes=3)["torch.bptt gru S2 train"]
+    every = repro.ratios(run)["torch.bptt gru S2 train"]
+    assert first3["ratio"] == pytest.approx(1.0) and every["ratio"] == pytest.approx(2 ** 0.4)
