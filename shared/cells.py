@@ -69,6 +69,11 @@ def register_cell(cell: CellDef) -> CellDef:
     return cell
 
 
+def family_of(cell: str) -> str:
+    """The plain cell ("lstm"/"gru") a catalogue cell is compared with; any other name is its own."""
+    return CELL_DEFS[cell].family if cell in CELL_DEFS else cell
+
+
 def get_cell(name: str) -> CellDef:
     try:
         return CELL_DEFS[name]

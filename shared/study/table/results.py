@@ -64,14 +64,6 @@ def collect(records: list[dict]) -> Results:
                    unavailable, metas, ends, baseline_spreads([latest[k] for k in order]))
 
 
-def _quantile(values: list[float], p: float) -> float:
-    v = sorted(values)
-    i = p * (len(v) - 1)
-    lo = int(i)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (i - lo)
-
-
 def baseline_spreads(records: list[dict]) -> dict[tuple[str, str, str, str], dict]:
     """How far the float32 baseline (nn.LSTM / nn.GRU) moved between the processes of a run.
 
@@ -83,20 +75,22 @@ def baseline_spreads(records: list[dict]) -> dict[tuple[str, str, str, str], dic
     Returns {(cell, workload, device, phase): {"spread", "q25_s", "q75_s", "processes"}} for
     entries with at least four processes.
     """
-    from ...cells import CELL_DEFS
+    import statistics
+
+    from ...cells import family_of
 
     times: dict[tuple[str, str, str, str], list[float]] = {}
     for r in records:
         if r.get("status") != "ok" or r.get("dtype") != "float32" or r.get("group", "main") != "main":
             continue
-        cell = CELL_DEFS[r["cell"]].family if r["cell"] in CELL_DEFS else r["cell"]  # the baseline's cell
+        cell = family_of(r["cell"])  # the baseline's cell
         for phase in ("forward", "train"):
             if r.get(f"{phase}_base_s"):
                 times.setdefault((cell, r["workload_name"], r["device"], phase), []).append(r[f"{phase}_base_s"])
     out = {}
     for key, values in times.items():
         if len(values) >= 4:
-            q25, q75 = _quantile(values, 0.25), _quantile(values, 0.75)
+            q25, _, q75 = statistics.quantiles(values, n=4, method="inclusive")  # linear interpolation
             out[key] = dict(spread=q75 / q25, q25_s=q25, q75_s=q75, processes=len(values))
     return out
 

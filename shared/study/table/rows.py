@@ -18,9 +18,9 @@ NATIVE = "torch.native"
 
 
 def plain_family(cell: str) -> str:
-    """The plain cell ("lstm"/"gru") a catalogue cell is compared with."""
-    from ...cells import CELL_DEFS
-    return CELL_DEFS[cell].family if cell in CELL_DEFS else cell
+    """The plain cell ("lstm"/"gru") a catalogue cell is compared with (`shared.cells.family_of`)."""
+    from ...cells import family_of
+    return family_of(cell)
 
 
 def ratio_or_none(a, b):
