@@ -11,16 +11,11 @@ side, which is what holds on a shared, noisy machine.
 
 from __future__ import annotations
 
+from ...cells import family_of as plain_family  # the plain cell a catalogue cell is compared with
 from ...measure.roof import roof_framework
 from .results import Results
 
 NATIVE = "torch.native"
-
-
-def plain_family(cell: str) -> str:
-    """The plain cell ("lstm"/"gru") a catalogue cell is compared with (`shared.cells.family_of`)."""
-    from ...cells import family_of
-    return family_of(cell)
 
 
 def ratio_or_none(a, b):
