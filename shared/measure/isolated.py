@@ -76,14 +76,30 @@ def _last_lines(path: Path, n: int = 3, limit: int = 600) -> str:
     return " | ".join(lines[-n:])[-limit:]
 
 
+def preload(command: str, job: dict) -> tuple[str, ...]:
+    """What a fork server may import before forking a CPU job's process: the framework the job
+    imports first.  A JAX rung's peak memory is taken before its torch baseline is imported, so
+    its server holds jax alone (what a process holds counts in its RSS); the roof needs both."""
+    if job.get("device", "cpu") != "cpu":
+        return ()  # a CUDA job starts in a fresh interpreter
+    if command == "roof":
+        return ("numpy", "torch", "jax", "jax.numpy")
+    if str(job.get("impl", "")).startswith("jax."):
+        return ("numpy", "jax", "jax.numpy")
+    return ("numpy", "torch")
+
+
 def run_worker(command: str, job: dict, *, timeout: float, max_rss_bytes: int | None = None,
-               poll_s: float = 0.1, env: dict | None = None, preexec_fn=None) -> dict:
+               poll_s: float = 0.1, env: dict | None = None, preexec_fn=None, servers=None) -> dict:
     """Run `python -m shared.measure.worker COMMAND` on `job`; always return a record.
 
     The record's "status" is the worker's ("ok", "skipped", "failed") or "failed" with a
     "reason" when the process timed out, outgrew `max_rss_bytes`, or died without
     finishing; what the worker had saved before that (its phases) is kept.  `preexec_fn` runs
     in the child before the worker starts (the cluster runner pins a slot's cores with it).
+    `servers` (a `forkserver.ForkServers`): fork the process from a server that has imported
+    `preload(command, job)`, instead of starting an interpreter (CPU jobs, no `preexec_fn`);
+    the record's "start" says which ("forkserver" or "spawn").
     """
     with tempfile.TemporaryDirectory(prefix="rnnbench-") as tmp:
         tmp = Path(tmp)
@@ -93,12 +109,16 @@ def run_worker(command: str, job: dict, *, timeout: float, max_rss_bytes: int | 
         env.update(thread_env(int(job.get("threads", DEFAULT_THREADS))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p)
         with open(tmp / "stdout", "wb") as out, open(tmp / "stderr", "wb") as err:
+            argv = [command, "--job", str(job_path), "--result", str(result_path)]
+            modules = preload(command, job) if servers is not None and preexec_fn is None else ()
             t0 = time.monotonic()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", WORKER, command, "--job", str(job_path),
-                 "--result", str(result_path)],
-                cwd=PROJECT_ROOT, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=preexec_fn)
+            proc = modules and servers.spawn(modules, WORKER, argv, env=env, stdout=tmp / "stdout",
+                                             stderr=tmp / "stderr", cwd=PROJECT_ROOT)
+            start = "forkserver" if proc else "spawn"
+            if not proc:
+                proc = subprocess.Popen([sys.executable, "-m", WORKER, *argv], cwd=PROJECT_ROOT, env=env, stdout=out,
+                                        stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=preexec_fn)
             killed_for = None
             peak_tree = 0
             try:
@@ -136,6 +156,7 @@ def run_worker(command: str, job: dict, *, timeout: float, max_rss_bytes: int | 
         elif rec["status"] == "failed" and proc.returncode not in (0, None):
             rec["reason"] = f"{rec.get('reason')} ({_exit_description(proc.returncode)})"
         rec["wall_s"] = wall
+        rec["start"] = start
         if rec.get("status") == "failed" and "stderr_tail" not in rec:
             rec["stderr_tail"] = _last_lines(tmp / "stderr", n=15, limit=3000)
         return rec

@@ -148,7 +148,11 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
                    help="fresh processes per measurement, the unit of the ratio's interval (default 3)")
     p.add_argument("--max-processes", type=_positive_int, default=None,
                    help="more processes, up to this many, for a measurement whose interval is still wider than "
-                        "--target (default 4, 5 with --profile full; equal to --processes for a fixed count)")
+                        "--target (default 3, 5 with --profile full; equal to --processes for a fixed count)")
+    p.add_argument("--start-method", choices=("forkserver", "spawn"), default="forkserver",
+                   help="how a measurement's fresh process starts: forked from a server that has imported torch "
+                        "(and jax) once, or a new interpreter that imports them itself (default forkserver; "
+                        "CUDA runs and the cluster always spawn)")
     p.add_argument("--target", type=float, default=0.03,
                    help="half-width of a tight 95%% interval, relative to the ratio (default 0.03: ±3%%)")
     p.add_argument("--timeout", type=float, default=240.0,
@@ -253,7 +257,7 @@ def _config(args, out: Path, **overrides):
               repeats=args.repeats, budget_s=_or_profile(args.budget, "budget"), min_time_s=args.min_time,
               timeout=args.timeout, processes=args.processes,
               max_processes=max(args.processes, _or_profile(args.max_processes, "max_processes")),
-              target_half_width=args.target,
+              target_half_width=args.target, start_method=args.start_method,
               max_memory_gb=args.max_memory_gb,
               parity=args.parity, resume=args.resume, retry_failed=args.retry_failed,
               argv=sys.argv[1:] if sys.argv and sys.argv[0].endswith(("rnnbench", "cli.py", "__main__.py")) else None)

@@ -45,6 +45,9 @@ class StudyConfig:
     processes: int = 3
     max_processes: int = 5
     target_half_width: float = 0.03
+    # "forkserver": each process forked from a server that imported the frameworks once
+    # (shared.measure.forkserver; CPU jobs here); "spawn": a new interpreter per process.
+    start_method: str = "forkserver"
     min_time_s: float = 0.25  # fast calls are timed on past `repeats` until the phase has run this long
     warmup: int = 1
     timeout: float = 240.0
@@ -70,6 +73,14 @@ class StudyConfig:
     # A Ray cluster's address (or "auto"): measurements run as tasks there (shared.study.cluster);
     # None: here, one subprocess after another.
     cluster: str | None = None
+
+    def started_by(self) -> str:
+        """How this run starts its measurement processes: the fork server only for CPU runs here
+        (a CUDA process and a cluster node's, pinned to its cores, start a new interpreter)."""
+        import os
+
+        fork = self.start_method == "forkserver" and self.device == "cpu" and not self.cluster and hasattr(os, "fork")
+        return "forkserver" if fork else "spawn"
 
     def max_rss_bytes(self) -> int:
         if self.max_memory_gb:

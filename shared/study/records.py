@@ -100,7 +100,8 @@ def meta_record(config, run_id: str, resumed: bool) -> dict:
     return dict(kind="meta", run_id=run_id, started=now(), argv=config.argv, device=config.device,
                 dtype=config.dtype, threads=config.threads, repeats=config.repeats, budget_s=config.budget_s,
                 min_time_s=config.min_time_s, timeout=config.timeout, resumed=resumed, processes=config.processes,
-                max_processes=config.max_processes, target_half_width=config.target_half_width)
+                max_processes=config.max_processes, target_half_width=config.target_half_width,
+                start_method=config.started_by())
 
 
 def roof_records(rec: dict, items: list[dict], threads: int, config, run_id: str, when: str) -> list[dict]:

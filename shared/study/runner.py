@@ -11,10 +11,12 @@ chooses between this and the cluster (`cluster`).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 
 from ..deprecation import moved_names
+from ..measure.forkserver import ForkServers
 from ..measure.isolated import run_worker
 from .planning import StudyConfig, plan, probe_items, roof_job, roof_pairs, roof_timeout, study_names
 from .records import (
@@ -136,12 +138,13 @@ def run_local_study(config: StudyConfig, *, progress: bool = True, log=print) ->
         bar.update(task, description=f"GEMM roof ({when})")
         for threads in sorted({i["threads"] for i in items}):
             job = roof_job(config, items, threads)
-            rec = run_worker("roof", job, timeout=roof_timeout(config, job), max_rss_bytes=max_rss)
+            rec = run_worker("roof", job, timeout=roof_timeout(config, job), max_rss_bytes=max_rss, servers=servers)
             for record in roof_records(rec, items, threads, config, run_id, when):
                 append_record(results, record)
         bar.advance(task)
 
     cache_env = {"TORCHINDUCTOR_CACHE_DIR": str((out / "compile-cache").resolve())}
+    servers = ForkServers() if config.started_by() == "forkserver" else None
 
     def measure_job(job, index):
         bar.update(task, description=f"{job['impl']} {job['cell']} {job['workload_name']} "
@@ -152,14 +155,14 @@ def run_local_study(config: StudyConfig, *, progress: bool = True, log=print) ->
         else:
             # parity once per measurement; the first process finds the compile cache empty
             rec = run_worker("measure", dict(job, parity=job["parity"] and index == 0), timeout=config.timeout,
-                             max_rss_bytes=max_rss, env=cache_env)
+                             max_rss_bytes=max_rss, env=cache_env, servers=servers)
         append_record(results, measurement_record(job, index, rec, run_id))
         if rec.get("status") == "failed":
             log(f"  {job['impl']} {job['cell']} {job['workload_name']}: FAILED: {rec.get('reason')}")
         bar.advance(task)
         return rec
 
-    with progress_bar(progress, steps) as bar:
+    with progress_bar(progress, steps) as bar, (servers or contextlib.nullcontext()):
         task = bar.add_task("study", total=steps)
         if start_roof:
             measure_roof(start_roof, "start")

@@ -4,7 +4,8 @@ In a throw-away clone, with the gate's default factor and rounds: a commit that 
 eager rung's train step 25% slower (a busy wait of a quarter of each step's own time,
 `scripts/gate_power.py`'s `plant_slowdown`) must fail the gate with exactly eager's two gate
 benchmarks (the quick workload and M50) reported slower, while torch.jit's stays put; a
-commit that changes nothing measured must pass on eager's two; a BASE where eager crashes
+commit that changes nothing measured must pass on eager's two (a second one is tried after a
+false alarm); a BASE where eager crashes
 is reported as not compared; the history those runs recorded, published, renders in
 headless Chromium with points from both commits (skipped where no browser or Playwright is
 installed).  asv builds its virtualenv from the pinned requirements in the clone (pip's
@@ -81,12 +82,24 @@ def test_the_gate_fails_on_a_planted_slowdown_and_passes_an_unchanged_commit(clo
     for row in gate_power.slower_rows(out):  # asv's median ratio, near the planted 1.25
         assert 1.1 < float(row["ratio"]) < 1.5, row
 
+    # An unchanged commit passes.  The gate's false alarms are a rate (its goal: at most 1 in
+    # 10 same-commit trials; scripts/gate_power.py measures it, docs/records/gate_power.json),
+    # so one trial alone would fail this test that often: an alarm is tried once more on a
+    # second unchanged commit, and the test fails when both alarm (1 in 100 at the goal; a gate
+    # that alarms on unchanged code every time still fails it).
     _git(clone, "reset", "-q", "--hard", base)
-    (clone / "docs" / "asv.md").write_text((clone / "docs" / "asv.md").read_text() + "\n")
-    _git(clone, "commit", "-qam", "a change nothing measures")
-    same = _gate(clone, base, "HEAD", tmp_path, bench=EAGER_ONLY)
-    assert same.returncode == 0, same.stdout + same.stderr
-    assert "PERFORMANCE DECREASED" not in same.stdout
+    verdicts = []
+    for trial in range(2):
+        (clone / "docs" / "asv.md").write_text((clone / "docs" / "asv.md").read_text() + "\n")
+        _git(clone, "commit", "-qam", f"a change nothing measures ({trial + 1})")
+        same = _gate(clone, base, "HEAD", tmp_path, bench=EAGER_ONLY)
+        verdicts.append(same.stdout + same.stderr)
+        if same.returncode == 0:
+            assert "PERFORMANCE DECREASED" not in same.stdout
+            break
+        assert same.returncode == 1 and "PERFORMANCE DECREASED" in same.stdout, verdicts[-1]  # an alarm, not a crash
+    else:
+        pytest.fail("the gate failed two unchanged commits in a row:\n" + "\n----\n".join(verdicts))
 
     # the history these runs recorded, published offline and opened in a real browser: the
     # ratio's graph has points from both commits on main (the planted one was reset away)

@@ -40,7 +40,8 @@ STUDY = dict(cells=["lstm"], timeout=60, repeats=3, budget_s=0.05, min_time_s=0.
 # them (calls timed within a budget, memory), and where and when a measurement ran
 TIMING = ("_s", "_pairs", "_n", "_ratio", "gflops_forward", "gflops_train", "_bytes")
 PLACEMENT = ("run_id", "time", "pid", "machine_class", "machine", "node_id", "host", "slot", "cpus", "started", "ended",
-             "attempt", "retried_after", "node_load_average", "compile_cache")
+             "attempt", "retried_after", "node_load_average", "compile_cache",
+             "start")  # a node's process is spawned (pinned to its slot's cores), a local one forked
 
 
 def fake_rows():

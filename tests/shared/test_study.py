@@ -743,4 +743,6 @@ def test_protocol_line_says_how_many_processes_each_measurement_ran_in():
     assert "in 3 fresh processes per measurement;" in fixed and "±" not in fixed
     adaptive = protocol(dict(processes=3, max_processes=5, budget_s=1.0, timeout=240.0, target_half_width=0.05))
     assert "in 3 to 5 fresh processes per measurement (more while the interval is wider than ±5%)" in adaptive
+    forked = protocol(dict(processes=3, max_processes=3, budget_s=1.0, timeout=240.0, start_method="forkserver"))
+    assert "in 3 fresh processes per measurement (each forked from a server" in forked
 

@@ -42,9 +42,12 @@ def quiet_verdict(res: Results) -> tuple[str, bool]:
 
 def _processes(meta: dict) -> str:
     least, most = meta["processes"], meta.get("max_processes") or meta["processes"]
+    # runs before the fork server started every process as a new interpreter
+    forked = (" (each forked from a server that had imported its framework, as multiprocessing's forkserver "
+              "does: shared/measure/forkserver.py)" if meta.get("start_method") == "forkserver" else "")
     if most <= least:
-        return f"in {least} fresh processes per measurement"
-    return (f"in {least} to {most} fresh processes per measurement (more while the interval is wider "
+        return f"in {least} fresh processes per measurement{forked}"
+    return (f"in {least} to {most} fresh processes per measurement{forked} (more while the interval is wider "
             f"than ±{100 * meta.get('target_half_width', 0.03):.0f}%)")
 
 
