@@ -19,7 +19,7 @@ Framework-neutral: no torch or jax here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -47,7 +47,8 @@ class UnsupportedConfigError(ValueError, RuntimeError):
 
 class Refusal(NamedTuple):
     """Why a rung does not compute a configuration: `what` names the part of the question
-    ("cell", "dtype", "device", "proj_size", "lengths", "bidirectional"), `reason` the sentence."""
+    ("cell", "dtype", "device", "proj_size", "lengths", "bidirectional", "machine"), `reason`
+    the sentence."""
 
     what: str
     reason: str
@@ -61,6 +62,12 @@ class Capabilities:
     for (a user's own included).  `why_not` gives the reason shown when a request falls
     outside the declaration, keyed by "cell", "dtype", "device", "proj_size", "lengths",
     "bidirectional" (a generic sentence is used for a missing key).
+
+    `machine` is what cannot be declared because it depends on the CPU's instruction set or
+    the library's build (oneDNN has no bfloat16 RNN primitive without AVX-512, say):
+    `machine(cell, dtype, device)` asks this machine, by a tiny call cached for the process,
+    and returns why the rung cannot compute it here, or None.  It is asked last, only for a
+    configuration the declaration allows.  docs/capabilities.md lists every such question.
     """
 
     cells: tuple[str, ...] | str = ANY_CELL
@@ -70,6 +77,7 @@ class Capabilities:
     lengths: bool = True
     bidirectional: bool = True
     why_not: Mapping[str, str] = field(default_factory=dict)
+    machine: Callable[[str, str, str], str | None] | None = field(default=None, compare=False)
 
     def runs_cell(self, cell: str, has_step=None) -> bool:
         """Whether this rung computes `cell`; `has_step(cell)` asks the framework's cell table
@@ -87,7 +95,8 @@ class Capabilities:
         `shared.cells.CellTable`, says which cells have a step; `ladder`, the framework's
         declarations by rung name, names the rungs that run a refused cell), the precision
         `dtype` (when given), the `device` (when given) and whether it has arithmetic for
-        `dtype`, then proj_size, variable `lengths` and bidirectional.
+        `dtype`, then proj_size, variable `lengths` and bidirectional, and last (with `dtype`
+        and `device` given) what this machine can compute (`machine`).
         """
         get_cell(spec.cell)  # an unknown cell raises naming the catalogue
         reason = self.cell_reason(label, spec.cell, cells, ladder)
@@ -111,6 +120,10 @@ class Capabilities:
             return Refusal("lengths", self.explain("lengths", f"{label} does not support variable lengths"))
         if spec.bidirectional and not self.bidirectional:
             return Refusal("bidirectional", self.explain("bidirectional", f"{label} does not support bidirectional"))
+        if self.machine is not None and dtype is not None and device is not None:
+            reason = self.machine(spec.cell, dtype, device)
+            if reason is not None:
+                return Refusal("machine", f"{label} cannot run {dtype} on this {device}: {reason}")
         return None
 
     def unsupported_reason(self, label: str, spec: RNNSpec, *, lengths: bool = False, dtype: str = "float32",

@@ -6,7 +6,9 @@ import argparse
 import importlib
 import sys
 
-from . import registry
+from . import precision, registry
+from .cells import STANDARD_CELLS
+from .spec import RNNSpec
 
 COMMAND_MODULES = [
     "shared.parity",  # rnnbench parity
@@ -16,12 +18,37 @@ COMMAND_MODULES = [
 
 
 def cmd_list(args) -> int:
+    if args.device == "cpu":
+        print(f"CPU: {precision.isa_summary()}")
+    for dtype in precision.ALL:  # what no rung computes on this device
+        why = precision.device_reason(dtype, args.device)
+        if why is not None:
+            print(f"no rung runs {dtype} here: {why}")
+    print()
     for name in registry.names():
         impl = registry.get(name)
         reason = impl.unavailable_reason(args.device)
         status = "available" if reason is None else f"unavailable: {reason}"
         print(f"{name:16s} rung {impl.rung}  {impl.summary}\n{'':16s} {status}")
+        if reason is None:
+            for line in not_here(impl, args.device):
+                print(f"{'':16s} {line}")
     return 0
+
+
+def not_here(impl, device: str) -> list[str]:
+    """What a rung declares but cannot compute on this machine (its `Capabilities.machine`
+    probes), one line per cell and precision with the reason."""
+    declared, backends = impl.declared(), getattr(impl.adapter(), "backends", None)
+    if declared.machine is None or backends is None:
+        return []
+    lines = []
+    for dtype in declared.dtypes:
+        for cell in STANDARD_CELLS:
+            refused = backends.refusal(impl.key, RNNSpec(cell, 4, 4), dtype=dtype, device=device)
+            if refused is not None and refused.what == "machine":
+                lines.append(f"not {cell} in {dtype}: {refused.reason.split(': ', 1)[1]}")
+    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:

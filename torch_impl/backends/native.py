@@ -7,6 +7,8 @@ input (packed here when it has lengths, as `nn.LSTM`'s users do) or a `PackedSeq
 
 from __future__ import annotations
 
+import functools
+import os
 from contextlib import nullcontext
 from types import SimpleNamespace
 
@@ -16,14 +18,13 @@ from torch import _VF
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from shared.capabilities import Capabilities
+from shared.precision import isa_summary, precision
 
+from ..precision import compute_context, storage_dtype
 from ._common import under_vmap
 
 # cell -> (its fused kernel, the mode nn.RNNBase and cuDNN call it)
 KERNELS = {"lstm": (_VF.lstm, "LSTM"), "gru": (_VF.gru, "GRU")}
-CAPABILITIES = Capabilities(
-    cells=tuple(KERNELS), proj_size=True,
-    why_not={"cell": "PyTorch's fused kernels (cuDNN on CUDA, oneDNN/ATen on CPU) have only LSTM and GRU"})
 
 
 class _WithoutOneDNN:
@@ -46,6 +47,45 @@ def _kernel_context(kernel, x):
             and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.float16):
         return _WithoutOneDNN()
     return nullcontext()
+
+
+@torch.compiler.disable
+@functools.lru_cache(maxsize=None)
+def machine_reason(cell: str, dtype: str, device: str) -> str | None:
+    """Why PyTorch's kernel for `cell` cannot compute precision `dtype` on `device` here, or None.
+
+    Asked, not declared: which kernel `nn.LSTM` reaches depends on the CPU's instruction set and
+    on oneDNN's (`ONEDNN_MAX_CPU_ISA` caps it), and oneDNN has no bfloat16 RNN primitive below
+    AVX-512, so under CPU autocast bfloat16 `nn.LSTM` raises "could not create a primitive
+    descriptor" on an AVX2 CPU.  The question is one forward and backward of a 4-unit module
+    over 2 steps in that precision, through this rung's own kernel call (`_kernel_context`
+    included), asked once per process.
+    """
+    if device == "cuda" and not torch.cuda.is_available():
+        return None  # `unavailable_reason` answers for a device that is not here
+    module = getattr(nn, KERNELS[cell][1])(4, 4).to(device=device, dtype=storage_dtype(dtype))
+    x = torch.ones(2, 1, 4, device=device, dtype=storage_dtype(dtype))
+    try:
+        with torch.enable_grad(), torch.autocast(device, enabled=False), compute_context(dtype, device), \
+                _kernel_context(KERNELS[cell][0], x):
+            out, _ = module(x)
+        out.float().sum().backward()
+    except RuntimeError as e:
+        why = str(e).split(". ")[0]
+        if device == "cpu" and "primitive descriptor" in why:
+            compute, cap = precision(dtype).compute, os.environ.get("ONEDNN_MAX_CPU_ISA")
+            short = {"bfloat16": "bf16", "float16": "fp16"}.get(compute)
+            has = short is not None and getattr(torch.ops.mkldnn, f"_is_mkldnn_{short}_supported")()
+            return (f"nn.{KERNELS[cell][1]}'s oneDNN kernel has no {compute} RNN primitive on this CPU "
+                    f"(oneDNN's {compute} support: {'yes' if has else 'no, it needs AVX-512'}"
+                    f"{f'; ONEDNN_MAX_CPU_ISA={cap} caps it' if cap else ''}; CPU flags: {isa_summary()}): {why}")
+        return f"nn.{KERNELS[cell][1]} raises on this machine: {why}"
+    return None
+
+
+CAPABILITIES = Capabilities(
+    cells=tuple(KERNELS), proj_size=True, machine=machine_reason,
+    why_not={"cell": "PyTorch's fused kernels (cuDNN on CUDA, oneDNN/ATen on CPU) have only LSTM and GRU"})
 
 
 def flatten_parameters(spec, weights: list) -> None:
