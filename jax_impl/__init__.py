@@ -18,8 +18,7 @@ states are cast to it.  Static arguments for `jax.jit`: `num_layers`, `bidirecti
 
 Backends (`BACKENDS`, in ladder order): `naive`, `flax_nnx`, `flax_linen`, `scan`, `bptt`
 (scan forward, hand-written backward), `cudnn`; `available_backends()` lists the ones that
-run here.  `impl=` is the earlier name of `backend=` (`IMPLS`, `available_impls()` likewise),
-accepted with a DeprecationWarning (docs/deprecations.md).  Errors: `UnknownBackendError`,
+run here.  Errors: `UnknownBackendError`,
 `BackendUnavailableError`, `UnsupportedConfigError` (`shared.capabilities`, the classes
 torch_impl raises too).
 
@@ -34,7 +33,6 @@ its JAX step is registered: `jax_impl.register_cell(name, step)` (see `jax_impl.
 
 from __future__ import annotations
 
-from shared import deprecation
 from shared.capabilities import BackendUnavailableError, UnknownBackendError, UnsupportedConfigError
 
 from .backends import BACKENDS, available_backends, unavailable_reason
@@ -46,19 +44,8 @@ __all__ = ["gru", "lstm", "rnn", "register_cell", "jit", "BACKENDS", "available_
            "LSTM", "GRU", "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU", "UnsupportedConfigError",
            "UnknownBackendError", "BackendUnavailableError"]
 
-# earlier names -> (the name `shared.deprecation` lists, the object now)
-_DEPRECATED = {"IMPLS": ("jax_impl.IMPLS", lambda: BACKENDS),
-               "available_impls": ("jax_impl.available_impls", lambda: available_backends),
-               "UnknownImplError": ("jax_impl.UnknownImplError", lambda: UnknownBackendError),
-               "ImplUnavailableError": ("jax_impl.ImplUnavailableError", lambda: BackendUnavailableError)}
-
-
 def __getattr__(name):
     if name in ("LSTM", "GRU", "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU"):
         from . import modules  # the NNX modules import flax.nnx only when asked for
         return getattr(modules, name)
-    if name in _DEPRECATED:
-        old, value = _DEPRECATED[name]
-        deprecation.warn(old)
-        return value()
     raise AttributeError(f"module 'jax_impl' has no attribute {name!r}")

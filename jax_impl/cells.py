@@ -158,14 +158,6 @@ get_jax_cell = CELLS.get
 has_cell = CELLS.has
 
 
-def __getattr__(name):
-    if name == "has_jax_cell":  # the earlier name of has_cell
-        from shared import deprecation
-        deprecation.warn("jax_impl.cells.has_jax_cell")
-        return has_cell
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # ---- lstm and gru: PyTorch's cells -----------------------------------------------------------------
 #
 # The input projection is hoisted without its bias; the step adds the bias (`lstm_step_bias`,

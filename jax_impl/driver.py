@@ -107,16 +107,3 @@ def dropout_between_layers(rate: float, key) -> Callable:
 
     return apply
 
-
-def __getattr__(name):
-    # The error classes lived here while this module was the front door (now `jax_impl.functional`).
-    from shared import capabilities, deprecation
-
-    earlier = {"UnknownImplError": capabilities.UnknownBackendError,
-               "ImplUnavailableError": capabilities.BackendUnavailableError}
-    if name in earlier:
-        deprecation.warn(f"jax_impl.{name}")
-        return earlier[name]
-    if name == "UnsupportedConfigError":
-        return capabilities.UnsupportedConfigError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

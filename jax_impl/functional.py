@@ -6,7 +6,7 @@
 
 `params` is the canonical dict (PyTorch `state_dict` names and shapes, NumPy or JAX
 arrays); differentiable in `x`, `hx` and `params`.  `backend=` picks the rung
-(`jax_impl.BACKENDS`); `impl=` is its earlier name (a DeprecationWarning; not both).
+(`jax_impl.BACKENDS`).
 
 `run`, behind the three functions and the NNX modules (`jax_impl.modules`), is the one
 front door, as `torch_impl`'s modules are torch's: it checks and normalises the call --
@@ -33,13 +33,12 @@ from shared.params import ParamError, check_params
 from shared.spec import RNNSpec
 
 from . import backends, cells, driver
-from .backends import resolve_backend
 
 __all__ = ["gru", "lstm", "rnn", "run", "check_lengths", "check_options", "default_device", "spec_from_params"]
 
 
 def lstm(params, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional: bool = False,
-         batch_first: bool = False, proj_size: int = 0, backend: str | None = None, impl: str | None = None,
+         batch_first: bool = False, proj_size: int = 0, backend: str = "scan",
          dropout: float = 0.0, dropout_key=None, dtype=None, **backend_options):
     """Multi-layer LSTM with `torch.nn.LSTM`'s parameters and semantics.
 
@@ -56,26 +55,26 @@ def lstm(params, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional
     """
     output, h_n, c_n = run("lstm", params, x, hx, lengths=lengths, num_layers=num_layers,
                            bidirectional=bidirectional, batch_first=batch_first, proj_size=proj_size,
-                           backend=resolve_backend(backend, impl), dropout=dropout, dropout_key=dropout_key,
+                           backend=backend, dropout=dropout, dropout_key=dropout_key,
                            dtype=dtype, **backend_options)
     return output, (h_n, c_n)
 
 
 def gru(params, x, hx=None, *, lengths=None, num_layers: int = 1, bidirectional: bool = False,
-        batch_first: bool = False, backend: str | None = None, impl: str | None = None, dropout: float = 0.0,
+        batch_first: bool = False, backend: str = "scan", dropout: float = 0.0,
         dropout_key=None, dtype=None, **backend_options):
     """Multi-layer GRU with `torch.nn.GRU`'s parameters and semantics; returns `(output, h_n)`.
 
     Same arguments as `lstm` (no `proj_size`); `hx` is `h0` or None.
     """
     output, h_n, _ = run("gru", params, x, hx, lengths=lengths, num_layers=num_layers, bidirectional=bidirectional,
-                         batch_first=batch_first, backend=resolve_backend(backend, impl), dropout=dropout,
+                         batch_first=batch_first, backend=backend, dropout=dropout,
                          dropout_key=dropout_key, dtype=dtype, **backend_options)
     return output, h_n
 
 
 def rnn(params, x, hx=None, *, cell: str, lengths=None, num_layers: int = 1, bidirectional: bool = False,
-        batch_first: bool = False, proj_size: int = 0, backend: str | None = None, impl: str | None = None,
+        batch_first: bool = False, proj_size: int = 0, backend: str = "scan",
         dropout: float = 0.0, dropout_key=None, dtype=None, **backend_options):
     """Any catalogue cell (`shared.cells`) with the layer/direction/lengths machinery of `lstm`.
 
@@ -87,7 +86,7 @@ def rnn(params, x, hx=None, *, cell: str, lengths=None, num_layers: int = 1, bid
     """
     has_cell_state = get_cell(cell).has_cell_state  # an unknown cell raises naming the catalogue
     output, h_n, c_n = run(cell, params, x, hx, lengths=lengths, num_layers=num_layers, bidirectional=bidirectional,
-                           batch_first=batch_first, proj_size=proj_size, backend=resolve_backend(backend, impl),
+                           batch_first=batch_first, proj_size=proj_size, backend=backend,
                            dropout=dropout, dropout_key=dropout_key, dtype=dtype, **backend_options)
     return (output, (h_n, c_n)) if has_cell_state else (output, h_n)
 

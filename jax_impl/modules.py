@@ -7,8 +7,7 @@
 The parameters are `nnx.Param` attributes named as PyTorch's `state_dict`
 (`model.weight_ih_l0`, `model.bias_hh_l1_reverse`, ...), initialised like PyTorch
 (U(-1/sqrt(H), 1/sqrt(H)); a catalogue cell's extras by their own rule, both from
-`shared.params.param_inits`).  `backend=` picks the rung (`impl=`, its earlier name, is
-accepted with a DeprecationWarning).  `load_state_dict` takes a PyTorch `state_dict` (tensors or
+`shared.params.param_inits`).  `backend=` picks the rung.  `load_state_dict` takes a PyTorch `state_dict` (tensors or
 arrays) and `from_torch(module)` builds a model from an `nn.LSTM`/`nn.GRU`.  Train it like
 any NNX module, e.g. `nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)`.  `dropout`
 acts between layers while the module is in training mode (`model.train()`, the default,
@@ -29,7 +28,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from shared import deprecation
 from shared.capabilities import UnsupportedConfigError
 from shared.cells import get_cell
 from shared.params import check_params, param_inits
@@ -50,9 +48,9 @@ class _RNN(nnx.Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 *, rngs: nnx.Rngs, backend: str | None = None, impl: str | None = None, param_dtype=jnp.float32, dtype=None,
+                 *, rngs: nnx.Rngs, backend: str = "scan", param_dtype=jnp.float32, dtype=None,
                  **backend_options):
-        backend = backends.check_backend_name(backends.resolve_backend(backend, impl))  # unknown -> the valid ones
+        backend = backends.check_backend_name(backend)  # unknown -> the valid ones
         cells.get_jax_cell(self.cell)  # no JAX step -> error saying how to register one
         spec = RNNSpec(cell=self.cell, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
                        bias=bias, batch_first=batch_first, bidirectional=bidirectional, proj_size=proj_size,
@@ -77,18 +75,6 @@ class _RNN(nnx.Module):
                 value = (jnp.ones if init == "ones" else jnp.zeros)(shape, param_dtype)
             setattr(self, name, nnx.Param(value))
         self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 and num_layers > 1 else None
-
-    @property
-    def impl(self) -> str:
-        """The earlier name of `backend` (a DeprecationWarning)."""
-        deprecation.warn("model.impl")
-        return self.backend
-
-    @property
-    def impl_options(self) -> dict:
-        """The earlier name of `backend_options` (a DeprecationWarning)."""
-        deprecation.warn("model.impl")
-        return self.backend_options
 
     # ---- PyTorch-style attributes ------------------------------------------------
     @property
@@ -125,7 +111,7 @@ class _RNN(nnx.Module):
             param[...] = jnp.asarray(value, dtype=param[...].dtype)
 
     @classmethod
-    def from_torch(cls, module, *, rngs: nnx.Rngs | None = None, backend: str | None = None, impl: str | None = None,
+    def from_torch(cls, module, *, rngs: nnx.Rngs | None = None, backend: str = "scan",
                    param_dtype=jnp.float32, dtype=None, **backend_options):
         """A model with the configuration and weights of a `torch.nn.LSTM` / `torch.nn.GRU`
         (or, for the catalogue cells' classes, of the matching `torch_impl` module)."""
@@ -136,7 +122,7 @@ class _RNN(nnx.Module):
             kwargs["proj_size"] = module.proj_size
         if cls is RNN:  # the generic class takes the cell as its first argument
             kwargs["cell"] = module.spec.cell
-        model = cls(**kwargs, rngs=rngs if rngs is not None else nnx.Rngs(0), backend=backend, impl=impl,
+        model = cls(**kwargs, rngs=rngs if rngs is not None else nnx.Rngs(0), backend=backend,
                     param_dtype=param_dtype, dtype=dtype, **backend_options)
         model.load_state_dict(module.state_dict())
         return model
@@ -170,10 +156,10 @@ class GRU(_RNN):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *, rngs: nnx.Rngs,
-                 backend: str | None = None, impl: str | None = None,
+                 backend: str = "scan",
                  param_dtype=jnp.float32, dtype=None, **backend_options):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
-                         rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype, dtype=dtype,
+                         rngs=rngs, backend=backend, param_dtype=param_dtype, dtype=dtype,
                          **backend_options)
 
     def __call__(self, x, hx=None, *, lengths=None):
@@ -195,11 +181,11 @@ class RNN(_RNN):
 
     def __init__(self, cell: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *,
-                 rngs: nnx.Rngs, backend: str | None = None, impl: str | None = None,
+                 rngs: nnx.Rngs, backend: str = "scan",
                  param_dtype=jnp.float32, dtype=None, **backend_options):
         self.cell = cell
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
-                         rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype, dtype=dtype,
+                         rngs=rngs, backend=backend, param_dtype=param_dtype, dtype=dtype,
                          **backend_options)
 
     def __call__(self, x, hx=None, *, lengths=None):
@@ -214,14 +200,14 @@ class _NamedCell(RNN):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *,
-                 rngs: nnx.Rngs, backend: str | None = None, impl: str | None = None,
+                 rngs: nnx.Rngs, backend: str = "scan",
                  param_dtype=jnp.float32, dtype=None, **backend_options):
         super().__init__(self.fixed_cell, input_size, hidden_size, num_layers, bias, batch_first, dropout,
-                         bidirectional, rngs=rngs, backend=backend, impl=impl, param_dtype=param_dtype, dtype=dtype,
+                         bidirectional, rngs=rngs, backend=backend, param_dtype=param_dtype, dtype=dtype,
                          **backend_options)
 
     @classmethod
-    def from_torch(cls, module, *, rngs: nnx.Rngs | None = None, backend: str | None = None, impl: str | None = None,
+    def from_torch(cls, module, *, rngs: nnx.Rngs | None = None, backend: str = "scan",
                    param_dtype=jnp.float32, dtype=None, **backend_options):
         """A model with the configuration and weights of the matching `torch_impl` module."""
         cell = getattr(getattr(module, "spec", None), "cell", None)
@@ -230,7 +216,7 @@ class _NamedCell(RNN):
                              f"got {type(module).__name__} of cell {cell!r}")
         model = cls(module.input_size, module.hidden_size, module.num_layers, module.bias, module.batch_first,
                     float(module.dropout), module.bidirectional, rngs=rngs if rngs is not None else nnx.Rngs(0),
-                    backend=backend, impl=impl, param_dtype=param_dtype, dtype=dtype, **backend_options)
+                    backend=backend, param_dtype=param_dtype, dtype=dtype, **backend_options)
         model.load_state_dict(module.state_dict())
         return model
 

@@ -181,15 +181,13 @@ class Ladder:
     rung modules (each with its `CAPABILITIES`) and their cell table, so the two packages
     answer the same questions with the same code.
 
-    `aliases` maps an earlier rung name to its name (resolved with a DeprecationWarning,
-    `shared.deprecation`); `devices` maps a framework's device names to the project's
+    `devices` maps a framework's device names to the project's
     ("gpu" -> "cuda" in JAX).
     """
 
-    def __init__(self, framework: str, modules: Mapping, cells, aliases: Mapping[str, str] | None = None,
-                 devices: Mapping[str, str] | None = None):
+    def __init__(self, framework: str, modules: Mapping, cells, devices: Mapping[str, str] | None = None):
         self.framework, self.modules, self.cells = framework, dict(modules), cells
-        self.aliases, self.devices = dict(aliases or {}), dict(devices or {})
+        self.devices = dict(devices or {})
         self.declarations = {name: module.CAPABILITIES for name, module in self.modules.items()}
 
     @property
@@ -197,12 +195,7 @@ class Ladder:
         return tuple(self.modules)
 
     def check_name(self, name: str) -> str:
-        """The rung's name (an earlier name resolved, with a warning); `UnknownBackendError`
-        (a ValueError) naming the valid ones."""
-        if isinstance(name, str) and name in self.aliases:
-            from . import deprecation
-            deprecation.warn(f"backend={name!r}")
-            name = self.aliases[name]
+        """The rung's name; `UnknownBackendError` (a ValueError) naming the valid ones."""
         if not isinstance(name, str) or name not in self.modules:
             raise UnknownBackendError(f"unknown backend {name!r}; valid backends: {', '.join(self.modules)}")
         return name

@@ -15,7 +15,6 @@ import importlib
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from . import deprecation
 from .capabilities import Capabilities
 from .spec import RNNSpec
 
@@ -27,10 +26,6 @@ class UnknownImplementationError(KeyError):
 
 # The module of each framework's adapters and FrameworkAdapter functions (shared.adapter).
 FRAMEWORKS = {"torch": "torch_impl.adapter", "jax": "jax_impl.adapter"}
-
-# Earlier names of rungs, still accepted (results recorded under them still read).
-ALIASES = {"torch.autograd": "torch.bptt"}
-
 
 def framework(name: str):
     """The FrameworkAdapter (`shared.adapter`) of framework `name`: imports it."""
@@ -221,21 +216,12 @@ def default_study_names(profile: str = "full") -> list[str]:
             and not (profile == "answer" and REGISTRY[n].ladder_step)]
 
 
-def canonical_name(name: str) -> str:
-    """`name` with an earlier alias resolved (`torch.autograd` -> `torch.bptt`, with a
-    DeprecationWarning: `shared.deprecation`)."""
-    if name in ALIASES:
-        deprecation.warn(name)
-        return ALIASES[name]
-    return name
-
-
 def get(name: str) -> Implementation:
     """The row of `name`; "NAME[OPTIONS]" gives a copy of NAME's row named with its options (checked
     by the rung when its adapter is built)."""
     base, options = split_options(name)
     try:
-        row = REGISTRY[canonical_name(base)]
+        row = REGISTRY[base]
     except KeyError:
         raise UnknownImplementationError(
             f"unknown implementation {base!r}; valid names: {', '.join(names())}") from None

@@ -10,8 +10,7 @@ Other cells of the catalogue (`shared.cells`): `torch_impl.LayerNormLSTM`, `Peep
 its torch step is registered (`torch_impl.register_cell(name, step)`; see
 `torch_impl.cells`).
 
-`BACKENDS` names every backend in ladder order (`ALIASES`: earlier names, accepted with a
-DeprecationWarning); `available_backends(device)` those that run on `device` here;
+`BACKENDS` names every backend in ladder order; `available_backends(device)` those that run on `device` here;
 `unavailable_reason(backend, device)` says why one does not; `capabilities(backend)` what it
 computes, `unsupported_reason(backend, spec, ...)` whether it computes a configuration.
 Errors: `UnknownBackendError`, `BackendUnavailableError`, `UnsupportedConfigError`
@@ -19,13 +18,13 @@ Errors: `UnknownBackendError`, `BackendUnavailableError`, `UnsupportedConfigErro
 Layout: docs/architecture.md.
 """
 
-from .backends import (ALIASES, BACKENDS, CUSTOM_CELL_BACKENDS, PROJ_BACKENDS, BackendUnavailableError,
+from .backends import (BACKENDS, CUSTOM_CELL_BACKENDS, PROJ_BACKENDS, BackendUnavailableError,
                        UnknownBackendError, UnsupportedConfigError, available_backends, capabilities,
                        unavailable_reason, unsupported_cell_reason, unsupported_reason)
 from .cells import register_cell
 from .modules import GRU, LSTM, RNN, LayerNormLSTM, PeepholeLSTM, ResetBeforeGRU, RNNInputError
 
 __all__ = ["LSTM", "GRU", "RNN", "LayerNormLSTM", "PeepholeLSTM", "ResetBeforeGRU", "register_cell",
-           "BACKENDS", "ALIASES", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "available_backends", "capabilities",
+           "BACKENDS", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "available_backends", "capabilities",
            "unavailable_reason", "unsupported_reason", "unsupported_cell_reason", "RNNInputError",
            "UnknownBackendError", "BackendUnavailableError", "UnsupportedConfigError"]

@@ -10,15 +10,14 @@ composed over layers and directions by `jax_impl.driver`, or a whole stack (`run
 The functions below are `torch_impl.backends`' too, under the same names and arguments:
 `check_backend_name`, `backend_module`, `capabilities`, `unavailable_reason`,
 `unsupported_reason` (the whole question: `shared.capabilities.Capabilities.refusal`),
-`unsupported_cell_reason`, `gradient_reason`, `available_backends`.  `resolve_backend`
-takes `backend=` or its earlier name `impl=` (with a DeprecationWarning).
+`unsupported_cell_reason`, `gradient_reason`, `available_backends`.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from shared import deprecation, registry
+from shared import registry
 from shared.capabilities import (ANY_CELL, BackendUnavailableError, Capabilities, Ladder, UnknownBackendError,
                                  UnsupportedConfigError)
 
@@ -27,44 +26,18 @@ from ..cells import CELLS
 # Ladder order, slowest idea first: the registry's rows.
 BACKENDS = registry.keys("jax")
 MODULES = {name: importlib.import_module(f"{__name__}.{name}") for name in BACKENDS}
-ALIASES: dict[str, str] = {}  # earlier backend names (none so far in JAX)
 
 # Derived from the declarations: the rungs with proj_size, and those that run every cell with a step.
 PROJ_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.proj_size)
 CUSTOM_CELL_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.cells == ANY_CELL)
 
 DEVICES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}  # the project's device names ("gpu" is JAX's for cuda)
-LADDER = Ladder("jax", MODULES, CELLS, ALIASES, DEVICES)
+LADDER = Ladder("jax", MODULES, CELLS, DEVICES)
 
-__all__ = ["BACKENDS", "ALIASES", "MODULES", "LADDER", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "UnknownBackendError",
-           "BackendUnavailableError", "UnsupportedConfigError", "resolve_backend", "check_backend_name",
+__all__ = ["BACKENDS", "MODULES", "LADDER", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "UnknownBackendError",
+           "BackendUnavailableError", "UnsupportedConfigError", "check_backend_name",
            "backend_module", "capabilities", "unavailable_reason", "refusal", "unsupported_reason",
            "unsupported_cell_reason", "gradient_reason", "available_backends"]
-
-_DEPRECATED = {"IMPLS": ("jax_impl.IMPLS", lambda: BACKENDS),
-               "GENERIC_CELLS": ("jax_impl.backends.GENERIC_CELLS", lambda: CUSTOM_CELL_BACKENDS),
-               "UnknownImplError": ("jax_impl.UnknownImplError", lambda: UnknownBackendError),
-               "ImplUnavailableError": ("jax_impl.ImplUnavailableError", lambda: BackendUnavailableError)}
-
-
-def __getattr__(name):  # earlier names, with a DeprecationWarning (`shared.deprecation`)
-    if name in _DEPRECATED:
-        old, value = _DEPRECATED[name]
-        deprecation.warn(old)
-        return value()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def resolve_backend(backend: str | None, impl: str | None, default: str = "scan") -> str:
-    """The backend asked for with `backend=` or its earlier name `impl=` (both given: TypeError)."""
-    if impl is not None:
-        if backend is not None:
-            raise TypeError(f"give backend= or its alias impl=, not both (got backend={backend!r}, "
-                            f"impl={impl!r})")
-        deprecation.warn("impl=")
-        return impl
-    return default if backend is None else backend
-
 
 # The capability check, the same functions as torch_impl.backends' (`shared.capabilities.Ladder`).
 check_backend_name = LADDER.check_name

@@ -20,7 +20,5 @@ GEMM rates).  Its modules, one idea each:
 Nothing here imports torch or jax at module import time: the worker's commands reach a
 framework through its adapter (`shared.registry`), inside the worker process; and nothing here
 imports the study, but for the study's per-process ratio estimate (`shared.study.stats`, which
-imports nothing of rnnbench) that a measurement's record carries.  The earlier places
-(`shared.study.workloads`, `shared.study.threads`, `shared.study.worker`) still import, with a
-`DeprecationWarning` (`shared.deprecation`).
+imports nothing of rnnbench) that a measurement's record carries.
 """

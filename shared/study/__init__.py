@@ -16,8 +16,7 @@ the measurements, keeps their records and writes the report:
 - `cli`: `rnnbench compare`, `rnnbench ladder` and `rnnbench report`.
 
 Nothing here imports torch or jax: only the worker process does (`shared.measure.worker`);
-only `cluster`'s functions import ray.  `workloads`, `threads` and `worker` here are the
-measurement core's earlier places, which still import with a `DeprecationWarning`.
+only `cluster`'s functions import ray.
 """
 
 

@@ -28,8 +28,22 @@ def append_record(path: Path, record: dict) -> None:
         os.fsync(f.fileno())
 
 
+# Rungs that records made before a rename name by their earlier name.
+RENAMED = {"torch.autograd": "torch.bptt"}
+
+
+def _renamed(record: dict) -> dict:
+    old = record.get("impl")
+    if old in RENAMED:
+        record["impl"] = RENAMED[old]
+        if "key" in record:
+            record["key"] = record["key"].replace(old + "|", RENAMED[old] + "|", 1)
+    return record
+
+
 def read_records(path: Path) -> list[dict]:
-    """All records of a results file; a line cut short by a kill mid-write is skipped."""
+    """All records of a results file; a line cut short by a kill mid-write is skipped, and a rung
+    recorded under an earlier name (`RENAMED`) is read under its name."""
     records = []
     if not Path(path).exists():
         return records
@@ -38,7 +52,7 @@ def read_records(path: Path) -> list[dict]:
         if not line:
             continue
         try:
-            records.append(json.loads(line))
+            records.append(_renamed(json.loads(line)))
         except json.JSONDecodeError:
             continue
     return records

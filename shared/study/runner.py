@@ -15,7 +15,6 @@ import contextlib
 import uuid
 from pathlib import Path
 
-from ..deprecation import moved_names
 from ..measure.forkserver import ForkServers
 from ..measure.isolated import run_worker
 from .planning import StudyConfig, plan, probe_items, roof_job, roof_pairs, roof_timeout, study_names
@@ -188,14 +187,3 @@ def run_local_study(config: StudyConfig, *, progress: bool = True, log=print) ->
     append_record(results, dict(kind="end", run_id=run_id, finished=now(), load_average=load_average(),
                                 cpu=cpu_account()))
     return results
-
-
-# The names this module held before the plan, the records and the measurement core left it.
-__getattr__ = moved_names(__name__, "shared.study.runner.NAME", {
-    **{name: "shared.study.planning" for name in ("DEFAULT_SWEEP_IMPLS", "ONE_THREAD_IMPLS", "ONE_THREAD_SUFFIX",
-                                              "FIRST_CALL_IMPLS", "BASELINE")},
-    **{name: "shared.study.records" for name in ("measurement_key", "roof_key", "PROCESS_SEP")},
-    **{name: "shared.measure.isolated" for name in ("FINAL_STATUSES", "PROJECT_ROOT")},
-    **{name: "shared.measure.threads" for name in ("DEFAULT_THREADS", "thread_env")},
-    **{name: "shared.measure.workloads" for name in ("Workload", "sweep")},
-})

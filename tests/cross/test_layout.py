@@ -127,10 +127,6 @@ def test_no_import_cycle(package):
             assert not any(m.startswith(f"{package}.backends") for m in graph[name]), (name, graph[name])
 
 
-# The measurement core's earlier places (shared/deprecation.py): for users and scripts only.
-EARLIER_CORE = {"shared.study.workloads", "shared.study.threads", "shared.study.worker"}
-
-
 def test_the_measurement_core_sits_below_the_study():
     """`shared.measure` (timing, workloads, threads, the roof, the worker and its isolated runner)
     serves the study, asv and the adapters: it imports nothing of the study but the per-process
@@ -143,8 +139,6 @@ def test_the_measurement_core_sits_below_the_study():
         study = {e for e in edges if e.startswith("shared.study")}
         assert study <= {"shared.study.stats"}, f"{name} imports the study: {sorted(study)}"
     assert not graph["shared.study.stats"], graph["shared.study.stats"]
-    for name, edges in graph.items():
-        assert not edges & EARLIER_CORE, f"{name} imports {sorted(edges & EARLIER_CORE)}: use shared.measure"
     for package in PACKAGES:  # the adapters time their GEMMs with the core, never through the study
         for path in (ROOT / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):

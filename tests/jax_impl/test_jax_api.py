@@ -35,36 +35,19 @@ def test_backend_names():
     assert issubclass(jax_impl.UnknownBackendError, ValueError)
 
 
-def test_earlier_names_warn_and_still_work():
-    with pytest.warns(DeprecationWarning, match=r"jax_impl.IMPLS is deprecated: use jax_impl.BACKENDS"):
-        assert jax_impl.IMPLS == jax_impl.BACKENDS
-    with pytest.warns(DeprecationWarning, match="use jax_impl.available_backends"):
-        assert jax_impl.available_impls() == jax_impl.available_backends()
-    with pytest.warns(DeprecationWarning, match="use jax_impl.UnknownBackendError"):
-        assert jax_impl.UnknownImplError is jax_impl.UnknownBackendError
-    with pytest.warns(DeprecationWarning, match="use jax_impl.BackendUnavailableError"):
-        assert jax_impl.ImplUnavailableError is jax_impl.BackendUnavailableError
-    with pytest.warns(DeprecationWarning, match="CUSTOM_CELL_BACKENDS"):
-        assert jax_impl.backends.GENERIC_CELLS == jax_impl.backends.CUSTOM_CELL_BACKENDS
-    with pytest.warns(DeprecationWarning, match="has_cell"):
-        assert jax_impl.cells.has_jax_cell is jax_impl.cells.has_cell
-
-
-def test_backend_keyword_and_its_alias_impl():
+def test_earlier_names_are_gone():
+    """No aliases before a first release: the earlier names raise as any unknown name does."""
+    for module, name in ((jax_impl, "IMPLS"), (jax_impl, "available_impls"), (jax_impl, "UnknownImplError"),
+                         (jax_impl, "ImplUnavailableError"), (jax_impl.backends, "GENERIC_CELLS"),
+                         (jax_impl.cells, "has_jax_cell")):
+        with pytest.raises(AttributeError):
+            getattr(module, name)
     params, x = init_params(LSTM), np.random.default_rng(0).standard_normal((2, 1, 3))
-    kw = dict(num_layers=2, bidirectional=True)
-    want = jax_impl.lstm(params, x, **kw, backend="naive")
-    with pytest.warns(DeprecationWarning, match="impl= is deprecated: use backend="):
-        got = jax_impl.lstm(params, x, **kw, impl="naive")
-    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), got, want)
-    with pytest.raises(TypeError, match="backend= or its alias impl=, not both"):
-        jax_impl.lstm(params, x, **kw, backend="naive", impl="scan")
-    with pytest.raises(TypeError, match="not both"):
-        jax_impl.LSTM(3, 4, rngs=nnx.Rngs(0), backend="naive", impl="scan")
-    with pytest.warns(DeprecationWarning, match="impl= is deprecated"):
-        model = jax_impl.GRU(3, 4, rngs=nnx.Rngs(0), impl="naive")
-    with pytest.warns(DeprecationWarning, match="model.impl is deprecated: use model.backend"):
-        assert model.backend == model.impl == "naive"
+    with pytest.raises(TypeError, match="impl"):  # the earlier keyword is an unknown option of the rung
+        jax_impl.lstm(params, x, num_layers=2, bidirectional=True, impl="naive")
+    with pytest.raises(TypeError, match="impl"):
+        jax_impl.GRU(3, 4, rngs=nnx.Rngs(0), impl="naive")
+    assert not hasattr(jax_impl.GRU(3, 4, rngs=nnx.Rngs(0), backend="naive"), "impl")
 
 
 def test_matches_torch_with_packed_sequence_semantics():

@@ -188,13 +188,10 @@ def test_default_projection_of_a_registered_cell_is_x_w_ih_plus_b_ih():
     assert cells.CELLS.build(cells.CELLS.get("gru").defn, step).project is cells.default_project
 
 
-def test_the_earlier_name_has_jax_cell_warns_and_unknown_names_raise():
+def test_the_earlier_name_has_jax_cell_is_gone():
     from jax_impl import cells
 
-    with pytest.warns(DeprecationWarning, match=r"jax_impl\.cells\.has_jax_cell is deprecated"):
-        assert cells.has_jax_cell is cells.has_cell
-    with pytest.raises(AttributeError, match=r"^module 'jax_impl\.cells' has no attribute 'has_cell_typo'$"):
-        cells.has_cell_typo  # noqa: B018
+    assert not hasattr(cells, "has_jax_cell") and callable(cells.has_cell)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])

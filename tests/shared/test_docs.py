@@ -174,12 +174,3 @@ def test_cells_page_is_generated_from_the_catalogue():
 ])
 def test_path_heuristic(token, expected):
     assert looks_like_path(token) is expected
-
-
-def test_deprecations_page_is_generated_from_the_table():
-    from shared.deprecation import markdown
-
-    text = (ROOT / "docs" / "deprecations.md").read_text()
-    block = text.split("<!-- begin deprecations: generated from shared/deprecation.py -->\n")[1]
-    assert block.split("\n<!-- end deprecations -->")[0] == markdown(), (
-        "docs/deprecations.md differs from shared/deprecation.py's table: render it again")

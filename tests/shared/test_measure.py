@@ -1,6 +1,5 @@
 """The measurement core (`shared.measure`): one capability ask per measurement, and the earlier
-places of its modules (`shared.study.workloads`, `.threads`, `.worker`, ...) still working, with a
-DeprecationWarning (quick; no framework: tests/study_fake_adapter.py stands in for a rung).
+places of its modules gone (quick; no framework: tests/study_fake_adapter.py stands in for a rung).
 """
 
 from __future__ import annotations
@@ -79,58 +78,14 @@ def test_the_baseline_of_a_pair_asks_for_itself_when_it_is_built(counted, tmp_pa
     assert builds == [True, False]  # the rung asked in the worker; the baseline's build is its own ask
 
 
-def _warned(fn):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        value = fn()
-    return value, [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+@pytest.mark.parametrize("module", ["shared.study.worker", "shared.study.workloads", "shared.study.threads"])
+def test_the_measurement_cores_earlier_places_are_gone(module):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(module)
 
 
-@pytest.mark.parametrize("old, new", [("workloads", "workloads"), ("threads", "threads")])
-def test_a_moved_module_is_the_new_one_and_warns(old, new):
-    code = ("import warnings, sys\n"
-            "warnings.simplefilter('always')\n"
-            "with warnings.catch_warnings(record=True) as caught:\n"
-            f"    from shared.study import {old} as a\n"
-            f"import shared.measure.{new} as b\n"
-            "assert a is b, (a, b)\n"
-            "assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [\n"
-            f"    'shared.study.{old} is deprecated: use shared.measure.{new} (it is removed in rnnbench 0.2.0)'], \\\n"
-            "    [str(w.message) for w in caught]\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-
-
-@pytest.mark.parametrize("module, name, new", [
-    ("shared.study.worker", "time_calls", "shared.measure.timing.time_calls"),
-    ("shared.study.worker", "best_call_seconds", "shared.measure.timing.best_call_seconds"),
-    ("shared.study.worker", "roof", "shared.measure.roof.measure_roof"),
-    ("shared.study.worker", "measure", "shared.measure.measurement.measure"),
-    ("shared.study.runner", "ONE_THREAD_IMPLS", "shared.study.planning.ONE_THREAD_IMPLS"),
-    ("shared.study.runner", "thread_env", "shared.measure.threads.thread_env"),
-    ("shared.study.table", "derive_roof", "shared.measure.roof.derive_roof"),
-])
-def test_a_moved_name_reads_from_its_new_module_and_warns_naming_it(module, name, new):
-    value, messages = _warned(lambda: getattr(importlib.import_module(module), name))
-    where, _, new_name = new.rpartition(".")
-    assert value is getattr(importlib.import_module(where), new_name)
-    assert messages == [f"{module}.{name} is deprecated: use {new} (it is removed in rnnbench 0.2.0)"]
-    with pytest.raises(AttributeError):
-        getattr(importlib.import_module(module), "no_such_name")
-
-
-def test_names_a_module_still_uses_read_without_a_warning():
-    from shared.measure.isolated import run_worker
-    from shared.study import planning, records, runner, table
-    from shared.study.table.results import collect
-
-    assert _warned(lambda: (runner.run_worker, runner.StudyConfig, runner.read_records, table.collect)) == (
-        (run_worker, planning.StudyConfig, records.read_records, collect), [])
-
-
-@pytest.mark.parametrize("module", ["shared.measure.worker", "shared.study.worker"])
-def test_the_worker_runs_from_its_place_and_its_earlier_one(module, tmp_path):
-    """`python -m shared.study.worker` is the earlier entry point: it runs the same worker."""
+def test_the_worker_runs_as_a_module(tmp_path):
+    module = "shared.measure.worker"
     job, result = tmp_path / "job.json", tmp_path / "result.json"
     job.write_text(json.dumps({"device": "cpu", "impls": [], "threads": 1}))
     proc = subprocess.run([sys.executable, "-m", module, "probe", "--job", str(job), "--result", str(result)],

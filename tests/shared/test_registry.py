@@ -36,9 +36,18 @@ def test_capabilities_name_what_is_missing():
     assert "proj_size" in reason and "torch.native" in reason  # names the ones that do support it
 
 
-def test_old_names_are_aliases():
-    with pytest.warns(DeprecationWarning, match="torch.autograd is deprecated: use torch.bptt"):
-        assert registry.get("torch.autograd") is registry.get("torch.bptt")
+def test_an_earlier_rung_name_is_unknown_and_its_records_read_under_the_name(tmp_path):
+    """No alias before a first release: `torch.autograd` (bptt's earlier name) is not a rung, and
+    the records written under it are read as `torch.bptt`'s."""
+    from shared.study.records import read_records
+
+    with pytest.raises(registry.UnknownImplementationError, match="unknown implementation 'torch.autograd'"):
+        registry.get("torch.autograd")
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"kind": "measurement", "impl": "torch.autograd", "key": "torch.autograd|lstm|S1|cpu|float32"}\n'
+                    '{"kind": "measurement", "impl": "torch.eager", "key": "torch.eager|lstm|S1|cpu|float32"}\n')
+    assert [(r["impl"], r["key"]) for r in read_records(path)] == [
+        ("torch.bptt", "torch.bptt|lstm|S1|cpu|float32"), ("torch.eager", "torch.eager|lstm|S1|cpu|float32")]
     assert registry.get("torch.native").unsupported_reason(RNNSpec("lstm", 3, 4, proj_size=2)) is None
     assert "float64" in registry.get("jax.cudnn").unsupported_reason(RNNSpec("lstm", 3, 4), dtype="float64")
 

@@ -181,12 +181,10 @@ def test_compile_does_not_recompile_for_a_repeated_configuration():
     assert counters["stats"]["unique_graphs"] == graphs and cached() == before
 
 
-def test_bptt_backend_present_and_its_old_name_an_alias():
+def test_bptt_backend_present_and_its_earlier_name_unknown():
     assert "bptt" in torch_impl.available_backends()
-    with pytest.warns(DeprecationWarning, match="use backend='bptt'"):
-        assert torch_impl.unavailable_reason("autograd") is None
-    with pytest.warns(DeprecationWarning, match="use backend='bptt'"):
-        assert torch_impl.LSTM(3, 4, backend="autograd").backend == "bptt"
+    with pytest.raises(torch_impl.UnknownBackendError, match="unknown backend 'autograd'"):
+        torch_impl.LSTM(3, 4, backend="autograd")
 
 
 @pytest.mark.gpu

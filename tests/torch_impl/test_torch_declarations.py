@@ -43,12 +43,10 @@ def test_declarations_are_what_the_registry_hard_coded():
     assert backends.COMPILED_BACKENDS == ("compile", "scan")
 
 
-def test_the_old_name_of_bptt_is_an_alias_that_warns():
-    assert backends.ALIASES == {"autograd": "bptt"}
-    with pytest.warns(DeprecationWarning, match="backend='autograd' is deprecated: use backend='bptt'"):
-        assert adapter.get_adapter("autograd").key == "bptt"
-    with pytest.warns(DeprecationWarning, match="backend='bptt'"):
-        assert torch_impl.capabilities("autograd") is torch_impl.capabilities("bptt")
+def test_the_earlier_name_of_bptt_is_unknown():
+    for ask in (adapter.get_adapter, torch_impl.capabilities):
+        with pytest.raises(backends.UnknownBackendError, match="unknown backend 'autograd'"):
+            ask("autograd")
 
 
 def test_every_cell_is_a_cell_object():

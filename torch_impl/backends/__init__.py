@@ -8,8 +8,7 @@ layers and directions by `torch_impl.driver`, or a whole stack (`run_stack`: `na
 The functions below are `jax_impl.backends`' too, under the same names and arguments:
 `check_backend_name`, `backend_module`, `capabilities`, `unavailable_reason`,
 `unsupported_reason` (the whole question: `shared.capabilities.Capabilities.refusal`),
-`unsupported_cell_reason`, `gradient_reason`, `available_backends`.  `ALIASES` keeps the
-earlier name `autograd` of `bptt` working (with a DeprecationWarning).
+`unsupported_cell_reason`, `gradient_reason`, `available_backends`.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ from ._common import ProjectionNotSupportedError, under_vmap
 # Ladder order, slowest idea first: the registry's rows.
 BACKENDS = registry.keys("torch")
 MODULES = {name: importlib.import_module(f"{__name__}.{name}") for name in BACKENDS}
-ALIASES = {"autograd": "bptt"}  # earlier names (`shared.deprecation`)
-LADDER = Ladder("torch", MODULES, CELLS, ALIASES)
+LADDER = Ladder("torch", MODULES, CELLS)
 
 # Derived from the declarations: the rungs with proj_size, and those that run every cell with a step.
 PROJ_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.proj_size)
@@ -39,7 +37,7 @@ CUSTOM_CELL_BACKENDS = tuple(n for n, m in MODULES.items() if m.CAPABILITIES.cel
 # torch.compile's options (`options(name)`).
 COMPILED_BACKENDS = tuple(n for n, m in MODULES.items() if getattr(m, "COMPILED", False))
 
-__all__ = ["BACKENDS", "ALIASES", "MODULES", "LADDER", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "COMPILED_BACKENDS",
+__all__ = ["BACKENDS", "MODULES", "LADDER", "PROJ_BACKENDS", "CUSTOM_CELL_BACKENDS", "COMPILED_BACKENDS",
            "ProjectionNotSupportedError", "UnknownBackendError", "BackendUnavailableError", "UnsupportedConfigError",
            "under_vmap", "check_backend_name", "backend_module", "capabilities", "options", "check_options",
            "unavailable_reason", "refusal", "unsupported_reason", "unsupported_cell_reason", "gradient_reason",

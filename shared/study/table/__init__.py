@@ -9,15 +9,13 @@ Its modules, one idea each:
 - `rows`: `table_rows`, one row per measurement with the derived columns, and `sanity_flags`;
 - the five tables, each its rows and its Markdown / terminal forms: `main` (the results
   table, and its CSV), `custom` (custom cells against their plain cells), `ladders` (each
-  framework's rungs, what each buys), `precision` (each rung in each precision), `choice`
+  framework's rungs, what each buys), `reduced_precision` (each rung in each precision), `choice`
   (`what_to_use`: the fastest rung, or a tie within noise).
 
 How values are written is `shared.study.formatting`'s; the roof's rates and its derivation are
-the measurement core's (`shared.measure.roof`; the names `derive_roof`, `merge_roof`,
-`roof_framework` and `ROOF_LIBS` read here still, with a `DeprecationWarning`).
+the measurement core's (`shared.measure.roof`).
 """
 
-from ...deprecation import moved_names
 from ..formatting import fmt, fmt_ratio
 from .choice import MODES, native_interval, unstable_baseline, what_to_use, what_to_use_markdown, winner_text
 from .custom import (
@@ -45,7 +43,3 @@ from .rows import (
     sanity_flags,
     table_rows,
 )
-
-__getattr__ = moved_names(__name__, "shared.study.table.NAME",
-                          {name: "shared.measure.roof" for name in ("ROOF_LIBS", "merge_roof", "derive_roof",
-                                                                    "roof_framework")})
