@@ -31,18 +31,18 @@ $(STAMP): $(DEPS)
 	touch $@
 
 run: venv
-	$(PY) -m shared.cli compare $(RUN_ARGS)
+	$(PY) -m rnnbench.cli compare $(RUN_ARGS)
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ladder: venv
-	$(PY) -m shared.cli ladder --cell $(or $(CELL),lstm) $(RUN_ARGS)
+	$(PY) -m rnnbench.cli ladder --cell $(or $(CELL),lstm) $(RUN_ARGS)
 
 # asv: record this commit in the current env, then publish (publishes even if a benchmark failed; keeps the exit code)
 bench: venv
 	$(ASV) machine --yes $(ASV_MACHINE)
-	$(ASV) run --python=same --set-commit-hash $$(git rev-parse HEAD) $(ASV_MACHINE) $(BENCH_ARGS); s=$$?; $(ASV) publish && $(PY) scripts/asv_offline.py .asv/html && exit $$s
+	$(ASV) run --python=same --set-commit-hash $$(git rev-parse HEAD) $(ASV_MACHINE) $(BENCH_ARGS); s=$$?; $(ASV) publish && $(PY) -m tools.asv_offline .asv/html && exit $$s
 
 bench-quick: venv
 	$(ASV) check --python=same
@@ -53,28 +53,28 @@ bench-quick: venv
 bench-history: venv
 	$(ASV) machine --yes
 	RNNBENCH_ASV_PARAMS="$$(PYTHONPATH=. $(PY) benchmarks/rnn.py --params)" $(ASV) run $(RANGE) $(BENCH_ARGS); s=$$?; \
-	  $(ASV) publish && $(PY) scripts/asv_offline.py .asv/html && exit $$s
+	  $(ASV) publish && $(PY) -m tools.asv_offline .asv/html && exit $$s
 
 # Several machines, one history: each ran `make bench MACHINE=name`; FROM names the copies of their
 # .asv/results folders (docs/asv.md "Several machines in one history")
 bench-merge: venv
 	@[ -n "$(FROM)" ] || { echo 'make bench-merge FROM="dir/.asv/results other/.asv/results"'; exit 2; }
-	$(PY) scripts/asv_merge.py .asv/results $(FROM)
+	$(PY) -m tools.asv_merge .asv/results $(FROM)
 	$(ASV) publish
-	$(PY) scripts/asv_offline.py .asv/html
+	$(PY) -m tools.asv_offline .asv/html
 
-# the regression gate: asv continuous BASE..HEAD; non-zero exit when something got slower (scripts/bench_compare.sh)
+# the regression gate: asv continuous BASE..HEAD; non-zero exit when something got slower (tools/bench_compare.sh)
 bench-compare: venv
-	bash scripts/bench_compare.sh $(BASE) $(or $(HEAD),HEAD)
+	bash tools/bench_compare.sh $(BASE) $(or $(HEAD),HEAD)
 
 # The gate's power on a planted 10% slowdown and its false-alarm rate (about an hour; run it alone).
 gate-power: venv
-	$(PY) scripts/gate_power.py $(GATE_POWER_ARGS)
+	$(PY) -m tools.gate_power $(GATE_POWER_ARGS)
 
 # The study's answer three times in fresh processes: how far each ratio moves (every CPU rung: about
 # half an hour a run on two cores; alone).  REPRO_ARGS go to rnnbench compare, e.g. "--threads 1".
 reproducibility: venv
-	$(PY) scripts/reproducibility.py --runs $(or $(RUNS),3) --out $(or $(OUT),reports/reproducibility) \
+	$(PY) -m tools.reproducibility --runs $(or $(RUNS),3) --out $(or $(OUT),reports/reproducibility) \
 		$(if $(REPRO_ARGS),-- $(REPRO_ARGS))
 
 # Mutation testing (mutmut, pinned, in a venv of its own that sees the project's packages through a
@@ -84,33 +84,33 @@ mutation: venv
 	@[ -x .venv-mutation/bin/mutmut ] || { rm -rf .venv-mutation && $(PYTHON) -m venv .venv-mutation && .venv-mutation/bin/pip install --quiet -r requirements-mutation.txt -c constraints.txt; }
 	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
 	  > $$(.venv-mutation/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rnnbench_project_venv.pth
-	$(PY) scripts/mutation.py $(if $(MODULES),--modules $(MODULES)) $(MUTATION_ARGS)
+	$(PY) -m tools.mutation $(if $(MODULES),--modules $(MODULES)) $(MUTATION_ARGS)
 
 # The project's own history: the gate's benchmarks on COMMITS commits sampled from it, ROUNDS processes
 # each (about an hour; alone), results committed under docs/records/asv/results, verdicts in
-# docs/records/asv_history.json (scripts/asv_history.py).
+# docs/records/asv_history.json (tools/asv_history.py).
 bench-history-sample: venv
-	$(PY) scripts/asv_history.py --commits $(or $(COMMITS),21) --rounds $(or $(ROUNDS),2)
+	$(PY) -m tools.asv_history --commits $(or $(COMMITS),21) --rounds $(or $(ROUNDS),2)
 
 # Publish this machine's results with the committed history (docs/records/asv/results: every machine's
 # that was collected there; local files win), offline-ready.
 bench-publish: venv
 	mkdir -p .asv/results && cp -rn docs/records/asv/results/. .asv/results/
 	$(ASV) publish
-	$(PY) scripts/asv_offline.py .asv/html
+	$(PY) -m tools.asv_offline .asv/html
 
 profile-torch: venv
-	$(PY) scripts/profile_torch.py time --clock process --threads 1
+	$(PY) -m tools.profile_torch time --clock process --threads 1
 
 # XLA per-op times of jax.scan and jax.bptt at S1 forward+backward (jax.profiler trace)
 profile-jax: venv
-	$(PY) scripts/profile_jax.py
+	$(PY) -m tools.profile_jax
 
 parity: venv
-	$(PY) -m shared.cli parity
+	$(PY) -m rnnbench.cli parity
 
 parity-quick: venv
-	$(PY) -m shared.cli parity --quick
+	$(PY) -m rnnbench.cli parity --quick
 
 # the full matrix as pytest cells (every rung, vector and dtype), for a scheduled job;
 # IMPLS=jax.scan,torch.compile runs the full matrix of those rungs only (a job per rung)
@@ -120,32 +120,32 @@ parity-matrix: venv
 # how long that takes here, one implementation at a time, into docs/records/parity_matrix.json
 # (hours on two cores: run it alone; IMPLS=... MATRIX_TIME_ARGS=--merge measures some and keeps the rest)
 parity-matrix-time: venv
-	$(PY) scripts/parity_matrix_time.py $(if $(IMPLS),--impls $(IMPLS)) $(MATRIX_TIME_ARGS)
+	$(PY) -m tools.parity_matrix_time $(if $(IMPLS),--impls $(IMPLS)) $(MATRIX_TIME_ARGS)
 
 # every peer-suite sample on every backend (make test runs a covering subset), for a scheduled job
 peer-full: venv
 	RNNBENCH_PEER_FULL=1 $(PY) -m pytest tests/peer $(PYTEST_ARGS)
 
 vectors: venv
-	$(PY) -m shared.vectors
+	$(PY) -m rnnbench.vectors
 
 vectors-check: venv
-	$(PY) -m shared.vectors --check
+	$(PY) -m rnnbench.vectors --check
 
 gpu-check: venv
-	bash scripts/gpu_check.sh
+	bash tools/gpu_check.sh
 
 # Every measured figure of README.md and docs/*.md is rendered from committed records
 # (docs/study/results.jsonl, JSON files): <!--fig KEY-->TEXT<!--/fig--> inline, or
-# <!--begin KEY--> ... <!--end KEY--> for a table (key grammar: shared/docs_figures/__init__.py).
+# <!--begin KEY--> ... <!--end KEY--> for a table (key grammar: tools/docs_figures/__init__.py).
 # To add one, write the marker with any TEXT and run `make docs`: it rewrites every figure from
 # the records in place. `make docs-check` changes nothing and fails on a figure that disagrees with
-# its record, has no record, or is written by hand (tests/shared/test_docs_figures.py checks the same).
+# its record, has no record, or is written by hand (tests/tools/test_docs_figures.py checks the same).
 docs: venv
-	$(PY) -m shared.cli docs
+	$(PY) -m tools.docs_figures
 
 docs-check: venv
-	$(PY) -m shared.cli docs --check
+	$(PY) -m tools.docs_figures --check
 
 clean:
 	rm -rf $(VENV) reports .asv .pytest_cache .hypothesis

@@ -13,20 +13,21 @@ Suites (parametrized over implementation x cell x workload x dtype):
   overhead is nearly all of a step) and M50 (T=50,B=32,I=H=256, where the GEMMs dominate);
 - `RoofFraction.track_train_roof_fraction`: the same process's fwd+bwd time against its own
   framework's GEMM roof (torch's libraries for torch rungs, XLA's for JAX rungs), the GEMM
-  rates measured in setup (`shared.measure.roof.roof_rows`, `shared.measure.roof.derive_roof`);
+  rates measured in setup (`rnnbench.measure.roof.roof_rows`, `rnnbench.measure.roof.derive_roof`);
   float32, the single-layer workloads (the roof needs one step GEMM);
 - `FirstCall.track_first_call_seconds`: first forward + first train step (trace +
-  compile) in a fresh process (`shared.measure.worker`), so no cache of this process helps.
+  compile) in a fresh process (`rnnbench.measure.worker`), so no cache of this process helps.
 
 The workloads, the thread settings, the roof and the worker process are the measurement core's
-(`shared.measure`), as in the study.  asv runs this suite against the project's history too
-(scripts/asv_history.py): in a commit older than the core (`CORE` False), each is imported from
-its place then, in `shared.study`.
+(`rnnbench.measure`), as in the study.  asv runs this suite against the project's history too
+(tools/asv_history.py): in an older commit each module is imported from its place then
+(`_first`: the `shared`, `torch_impl` and `jax_impl` packages before the one package
+`rnnbench`, and the study's modules before the measurement core left them).
 
 Environment:
-- RNNBENCH_PROFILE = quick | cpu (default) | gpu: the workloads (`shared.measure.workloads`);
+- RNNBENCH_PROFILE = quick | cpu (default) | gpu: the workloads (`rnnbench.measure.workloads`);
 - RNNBENCH_DEVICE = cpu | cuda (default cuda for the gpu profile, else cpu);
-- RNNBENCH_DTYPES: comma-separated precisions of `shared.precision` (default
+- RNNBENCH_DTYPES: comma-separated precisions of `rnnbench.core.precision` (default
   float32,bfloat16,amp_bfloat16; quick: float32,amp_bfloat16; gpu: adds float16, amp_float16);
 - RNNBENCH_THREADS (default 2): the same intra-op thread count for torch and XLA, set
   before either is imported;
@@ -34,7 +35,7 @@ Environment:
   names such as `torch.scan[freezing]` or `jax.scan[unroll=4]` (`all`: the registry's
   MEASURED_OPTIONS, the compile modes of the torch.compile rungs); none by default;
 - RNNBENCH_CELL_MODULES: comma-separated modules that register your own cells when
-  imported (`shared.cell_modules`); imported here, so their cells join the cell parameter.
+  imported (`rnnbench.core.cell_modules`); imported here, so their cells join the cell parameter.
   asv drops PYTHONPATH: make the modules importable with ASV_PYTHONPATH.
 
 Cells: every cell of the catalogue (lstm, gru, ln_lstm, peephole_lstm, gru_reset_before,
@@ -51,6 +52,7 @@ synchronizes the device (the Workload protocol), so times are device-complete.
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import math
 import os
@@ -58,29 +60,39 @@ import statistics
 import time
 from functools import lru_cache
 
-from shared import registry
+
+
+def _first(*names: str):
+    """The first of the modules `names` that imports: this commit's place of a module, then its
+    places in older commits (asv runs this suite against the project's history)."""
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not name.startswith(e.name):  # a missing dependency, not a missing place
+                raise
+    raise ModuleNotFoundError(f"none of {', '.join(names)}")
+
+
+registry = _first("rnnbench.core.registry", "shared.registry")
 try:
-    from shared.cell_modules import import_cell_modules
-except ImportError:  # an older commit (asv runs this suite against the project's history): no own cells then
+    import_cell_modules = _first("rnnbench.core.cell_modules", "shared.cell_modules").import_cell_modules
+except ModuleNotFoundError:  # an older commit: no own cells then
     def import_cell_modules():
         return []
-from shared.cells import CELL_DEFS, STANDARD_CELLS, get_cell
-
-try:  # the measurement core
-    from shared.measure.threads import DEFAULT_THREADS, pin_threads
-    from shared.measure.workloads import QUICK, Workload, profile_from_env
-    CORE = True
-except ModuleNotFoundError as e:  # an older commit (asv runs this suite against the project's history): in the study
-    if e.name != "shared.measure":
-        raise
-    from shared.study.threads import DEFAULT_THREADS, pin_threads
-    from shared.study.workloads import QUICK, Workload, profile_from_env
-    CORE = False
+_catalogue = _first("rnnbench.core.catalogue", "shared.cells")
+CELL_DEFS, STANDARD_CELLS, get_cell = _catalogue.CELL_DEFS, _catalogue.STANDARD_CELLS, _catalogue.get_cell
+_threads = _first("rnnbench.measure.threads", "shared.measure.threads", "shared.study.threads")
+_workloads = _first("rnnbench.measure.workloads", "shared.measure.workloads", "shared.study.workloads")
+DEFAULT_THREADS, pin_threads = _threads.DEFAULT_THREADS, _threads.pin_threads
+QUICK, Workload, profile_from_env = _workloads.QUICK, _workloads.Workload, _workloads.profile_from_env
+# the adapters' modules by framework (older commits: `torch_impl.adapter`, `jax_impl.adapter`)
+FRAMEWORKS = getattr(registry, "FRAMEWORKS", {"torch": "torch_impl.adapter", "jax": "jax_impl.adapter"})
 
 PROFILE, WORKLOADS = profile_from_env()
 DEVICE = os.environ.get("RNNBENCH_DEVICE") or ("cuda" if PROFILE == "gpu" else "cpu")
 THREADS = int(os.environ.get("RNNBENCH_THREADS", DEFAULT_THREADS))
-# The precisions (shared.precision) asv measures: RNNBENCH_DTYPES, comma-separated; a device
+# The precisions (rnnbench.core.precision) asv measures: RNNBENCH_DTYPES, comma-separated; a device
 # without the arithmetic (float16 on most CPUs) skips them with the reason.
 DEFAULT_DTYPES = {"quick": "float32,amp_bfloat16", "gpu": "float32,bfloat16,amp_bfloat16,float16,amp_float16"}
 DTYPES = [d.strip() for d in os.environ.get("RNNBENCH_DTYPES", DEFAULT_DTYPES.get(PROFILE,
@@ -113,7 +125,7 @@ def _pinned(suite: str, params: list[list[str]]) -> list[list[str]]:
     process picks its combination by *index* into the lists this module computes when it runs, at
     the commit being measured. Where the lists differ between commits (a rung, a cell or a workload
     added), an older commit would measure one combination under another's name. The targets that
-    run several commits (make bench-history, make bench-compare, scripts/asv_history.py) therefore
+    run several commits (make bench-history, make bench-compare, tools/asv_history.py) therefore
     pin every suite's lists to the working tree's (`python benchmarks/rnn.py --params`); a name the
     measured commit lacks is then skipped (NotImplementedError), never confused with another."""
     pinned = os.environ.get("RNNBENCH_ASV_PARAMS")
@@ -293,7 +305,7 @@ class PairedRatio(RatioToNative):
     commits).  docs/asv.md, "The regression gate", says why."""
 
     params = _pinned("PairedRatio", [IMPLS, list(CELL_DEFS), [w.name for w in GATE_WORKLOADS], DTYPES])
-    rounds = 1  # scripts/bench_compare.sh runs ROUNDS of them
+    rounds = 1  # tools/bench_compare.sh runs ROUNDS of them
 
 
 class RoofFraction:
@@ -310,11 +322,12 @@ class RoofFraction:
     number = 1
 
     def setup(self, impl, cell, workload, dtype):
-        if CORE:
-            from shared.measure.roof import derive_roof, roof_framework, roof_rows
-        else:  # an older commit
-            from shared.study.table import derive_roof, roof_framework
-            from shared.study.worker import roof_rows
+        try:
+            roof = _first("rnnbench.measure.roof", "shared.measure.roof")
+            derive_roof, roof_framework, roof_rows = roof.derive_roof, roof.roof_framework, roof.roof_rows
+        except ModuleNotFoundError:  # an older commit: in the study
+            table, worker = _first("shared.study.table"), _first("shared.study.worker")
+            derive_roof, roof_framework, roof_rows = table.derive_roof, table.roof_framework, worker.roof_rows
 
         self.rung = _build(impl, cell, workload, dtype)
         fw = _row(impl).framework
@@ -358,16 +371,13 @@ class FirstCall:
             raise NotImplementedError(reason)
 
     def track_first_call_seconds(self, impl, cell, workload, dtype):
-        if CORE:
-            from shared.measure.isolated import run_worker
-        else:  # an older commit
-            from shared.study.runner import run_worker
+        run_worker = _first("rnnbench.measure.isolated", "shared.measure.isolated", "shared.study.runner").run_worker
 
         row = _row(impl)
         w = _BY_NAME[workload]
         job = dict(impl=impl, adapter_key=row.key, cell=cell, workload=w.to_dict(), device=DEVICE, dtype=dtype,
                    threads=THREADS, repeats=1, budget_s=0.0, warmup=0, parity=False, seed=0,
-                   adapter_path=row.adapter_path or f"{row.framework}_impl.adapter:get_adapter")
+                   adapter_path=row.adapter_path or f"{FRAMEWORKS[row.framework]}:get_adapter")
         rec = run_worker("measure", job, timeout=self.timeout - 30)
         if rec.get("status") == "skipped":  # the worker's own check refused it: asv's skip, not a failure
             raise NotImplementedError(rec.get("reason"))

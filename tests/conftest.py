@@ -21,13 +21,13 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-if "MUTANT_UNDER_TEST" in os.environ:  # under mutmut (`make mutation`, scripts/mutation.py)
+if "MUTANT_UNDER_TEST" in os.environ:  # under mutmut (`make mutation`, tools/mutation.py)
 
     @pytest.fixture(autouse=True)
     def _trace_each_test_anew():
         """mutmut runs each mutant's tests in a process forked from one that already ran them,
         and picks the mutant when a function is *called*. Code that JAX traced before (its jit
-        caches, and the jitted functions that `jax_impl` keeps in `lru_cache`s) would replay the
+        caches, and the jitted functions that `rnnbench.jax` keeps in `lru_cache`s) would replay the
         original trace and hide the mutant, so every test traces anew. (Only ever makes a mutant
         more likely to survive, never to be reported killed.)"""
         import sys
@@ -37,7 +37,7 @@ if "MUTANT_UNDER_TEST" in os.environ:  # under mutmut (`make mutation`, scripts/
 
             sys.modules["jax"].clear_caches()
             for name, mod in list(sys.modules.items()):
-                if name.startswith("jax_impl") and mod is not None:
+                if name.startswith("rnnbench.jax") and mod is not None:
                     for value in list(vars(mod).values()):
                         if isinstance(value, functools._lru_cache_wrapper):
                             value.cache_clear()

@@ -1,5 +1,5 @@
 """The own-cell worked example: what a user writes for a minimal gated unit (MGU, Zhou et al.
-2016) -- the catalogue entry, the NumPy step, and the torch_impl and jax_impl steps.
+2016) -- the catalogue entry, the NumPy step, and the rnnbench.torch and rnnbench.jax steps.
 
 docs/own-cell.md walks through it; tests/cross/test_own_cell.py tests it and
 tests/own_cell_module.py registers it for the study's workers and asv.  Importing this
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared import reference
-from shared.cells import CellDef, register_cell
+from rnnbench import reference
+from rnnbench.core.catalogue import CellDef, register_cell
 
 MGU = CellDef(
     name="mgu", family="gru", gates=("f", "n"),
@@ -42,8 +42,8 @@ def register_mgu():
     reference.register_cell_step("mgu", mgu_step)  # the NumPy reference: forward + gradients
 
 
-def torch_impl_mgu_step(x_proj_t, state, p):
-    """One MGU step for torch_impl: x_proj_t = W_ih x + b_ih (B, 2H), hoisted by the driver for
+def mgu_step_torch(x_proj_t, state, p):
+    """One MGU step for rnnbench.torch: x_proj_t = W_ih x + b_ih (B, 2H), hoisted by the driver for
     all steps at once (the default `project`); p holds weight_hh, bias_hh (None without bias).
 
         f  = sigmoid(x_f + h W_hf^T + b_hf)
@@ -52,7 +52,7 @@ def torch_impl_mgu_step(x_proj_t, state, p):
     """
     import torch
 
-    import torch_impl.cells as tc
+    import rnnbench.torch.cells as tc
 
     (h,) = state
     H = h.shape[1]
@@ -64,8 +64,8 @@ def torch_impl_mgu_step(x_proj_t, state, p):
     return (h + f * (n - h),)
 
 
-def jax_impl_mgu_step(x_proj_t, state, p):
-    """One MGU step for jax_impl: x_proj_t = W_ih x + b_ih (B, 2H), hoisted by the driver for
+def mgu_step_jax(x_proj_t, state, p):
+    """One MGU step for rnnbench.jax: x_proj_t = W_ih x + b_ih (B, 2H), hoisted by the driver for
     all steps at once (the default `project`); p holds weight_hh, bias_hh (None without bias).
 
         f  = sigmoid(x_f + h W_hf^T + b_hf)
@@ -75,7 +75,7 @@ def jax_impl_mgu_step(x_proj_t, state, p):
     import jax
     import jax.numpy as jnp
 
-    from jax_impl.cells import linear
+    from rnnbench.jax.cells import linear
 
     (h,) = state
     x_f, x_n = jnp.split(x_proj_t, 2, axis=-1)

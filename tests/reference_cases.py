@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shared.params import init_params
-from shared.spec import RNNSpec
+from rnnbench.core.params import init_params
+from rnnbench.core.spec import RNNSpec
 
 TORCH_ATOL = 1e-12
 
@@ -45,7 +45,7 @@ def run_torch(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, cotangen
               dtype: str = "float64"):
     """The same dict as `reference.run_case`, computed by torch.nn.LSTM/GRU in `dtype`.
 
-    Results come back as float64 NumPy arrays.  (Also used by tests/shared/test_vectors.py.)
+    Results come back as float64 NumPy arrays.  (Also used by tests/vectors/test_vectors.py.)
     Custom cells (no nn module) run through `run_torch_cells`, autograd over TORCH_STEPS.
     """
     if spec.cell not in ("lstm", "gru"):
@@ -93,7 +93,7 @@ def run_torch(spec: RNNSpec, params, x, h0=None, c0=None, lengths=None, cotangen
 
 
 # ---- custom cells in plain torch autograd: an independent check of the hand-written backward ----
-# Written from the equations in shared/cells.py, with torch's own layer_norm; the driver
+# Written from the equations in rnnbench/core/catalogue.py, with torch's own layer_norm; the driver
 # below shares no code with the reference (gathers and a scatter by index, not a loop
 # that writes rows).
 

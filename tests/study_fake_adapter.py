@@ -1,4 +1,4 @@
-"""Fake adapters for tests/shared/test_study.py: behaviours the study runner must survive.
+"""Fake adapters for tests/study/test_study.py: behaviours the study runner must survive.
 
 `get_adapter(key)` returns an adapter whose workload sleeps (so times are predictable)
 and whose `run_case` is the float64 reference itself (exact parity), except:
@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from shared import reference
-from shared.capabilities import Capabilities
+from rnnbench import reference
+from rnnbench.core.capabilities import Capabilities
 
 BASE_S = 0.004
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared import registry
-from shared.cells import CUSTOM_CELLS, STANDARD_CELLS
-from shared.params import init_params
-from shared.spec import RNNSpec
+from rnnbench.core import registry
+from rnnbench.core.catalogue import CUSTOM_CELLS, STANDARD_CELLS
+from rnnbench.core.params import init_params
+from rnnbench.core.spec import RNNSpec
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -44,7 +44,7 @@ def _inputs(spec):
 def _run_torch(key, spec):
     import torch
 
-    from torch_impl.modules import module_for
+    from rnnbench.torch.modules import module_for
 
     params, x, lengths = _inputs(spec)
     module = module_for(spec, key, dtype=torch.float64)
@@ -59,13 +59,13 @@ def _run_jax(key, spec):
     import jax
     import jax.numpy as jnp
 
-    import jax_impl
+    import rnnbench.jax
 
     jax.config.update("jax_enable_x64", True)
     params, x, lengths = _inputs(spec)
 
     def loss(params, x):
-        out, _ = jax_impl.rnn(params, x, cell=spec.cell, lengths=lengths, bidirectional=spec.bidirectional,
+        out, _ = rnnbench.jax.rnn(params, x, cell=spec.cell, lengths=lengths, bidirectional=spec.bidirectional,
                               proj_size=spec.proj_size, backend=key)
         return out.sum()
 

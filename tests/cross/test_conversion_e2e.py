@@ -2,7 +2,7 @@
 
 A 2-layer bidirectional `nn.LSTM` / `nn.GRU` (torch.native) is trained a few steps on
 the sine task (so every parameter, both biases included, moves away from its initial
-value), converted with `shared.converters`, and run on fresh inputs with initial
+value), converted with `rnnbench.converters`, and run on fresh inputs with initial
 states:
 
 - Flax linen: `flax.linen.RNN` over each converted cell (`LSTMCell`,
@@ -11,7 +11,7 @@ states:
 - Flax NNX: `flax.nnx.RNN` over `nnx.LSTMCell` / `OptimizedLSTMCell` / `GRUCell`;
   a trained GRU with biases cannot be held by the NNX GRU (no b_hn) and must be refused
   with a clear error, so the NNX GRU runs a trained `bias=False` GRU;
-- ONNX and Keras: no runtime is installed here, and `tests/shared/test_converters.py` already
+- ONNX and Keras: no runtime is installed here, and `tests/converters/test_converters.py` already
   evaluates those formats' equations in NumPy; here the trained weights go through the
   layouts and back and must give the same outputs in the float64 reference.
 
@@ -26,11 +26,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from shared import reference  # noqa: E402
-from shared.converters import (ConversionError, flax_carry, from_keras_model, from_onnx, to_flax_linen,  # noqa: E402
-                               to_flax_nnx, to_keras_model, to_onnx)
-from shared.tasks import TrainConfig  # noqa: E402
-from torch_impl import train as torch_train  # noqa: E402
+from rnnbench import reference  # noqa: E402
+from rnnbench.converters import (
+    ConversionError, flax_carry, from_keras_model, from_onnx, to_flax_linen, to_flax_nnx, to_keras_model, to_onnx)
+from rnnbench.core.tasks import TrainConfig  # noqa: E402
+from rnnbench.torch import train as torch_train  # noqa: E402
 
 ATOL = 1e-12
 T, B = 6, 3

@@ -1,4 +1,4 @@
-"""int8 inference (`torch_impl.quantized`, `jax_impl.quantized`): quantized for real, close to
+"""int8 inference (`rnnbench.torch.quantized`, `rnnbench.jax.quantized`): quantized for real, close to
 the float64 reference, smaller; and the upstream no-op a user would otherwise believe."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
-from shared import reference
-from shared.params import init_params
-from shared.spec import RNNSpec
+from rnnbench import reference
+from rnnbench.core.params import init_params
+from rnnbench.core.spec import RNNSpec
 
 torch = pytest.importorskip("torch")
 
@@ -39,7 +39,7 @@ def _torch_module(spec, params):
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.cell)
 def test_torch_int8_methods(spec):
-    from torch_impl import quantized
+    from rnnbench.torch import quantized
     params, x, want = _case(spec)
     rnn = _torch_module(spec, params)
     float_bytes = quantized.model_bytes(rnn)
@@ -56,7 +56,7 @@ def test_torch_int8_methods(spec):
 
 
 def test_torch_quantize_refuses_a_silent_no_op(monkeypatch):
-    from torch_impl import quantized
+    from rnnbench.torch import quantized
     monkeypatch.setattr(torch.ao.quantization, "quantize_dynamic", lambda model, *a, **k: model)
     with pytest.raises(RuntimeError, match="quantized 0 of the 2 Linear GEMMs"):
         quantized.quantize(torch.nn.LSTM(3, 4), "ao_dynamic")
@@ -79,7 +79,7 @@ def test_quantize_dynamic_on_nn_lstm_is_a_silent_no_op_in_this_torch():
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.cell)
 def test_jax_int8_methods(spec):
     pytest.importorskip("jax")
-    from jax_impl import quantized
+    from rnnbench.jax import quantized
     params, x, want = _case(spec)
     q = quantized.quantize(params, spec)
     for method in quantized.METHODS:

@@ -1,11 +1,12 @@
-"""The shape both framework packages share, and the neutral core.
+"""The layout: one package, its layers, and the two framework packages mirrored by role.
 
-`torch_impl/` and `jax_impl/` have the same modules with the same roles (docs/architecture.md);
-every module imports on its own; no import cycle, counting the imports inside functions and the
-rungs `backends/__init__.py` imports by name (the backends build on the stacker and the cells,
-never the reverse); cells are dispatched through tables or cell objects, never by comparing
-names; no private helper is imported across modules; and no module of `shared/` imports torch,
-jax or a framework package (it reaches them through the adapters).
+`rnnbench` is the one import package of the wheel.  Its layers, bottom up (`LAYERS`): each module
+imports only modules of its own layer or of those below, counting imports inside functions (a lazy
+import is an edge all the same), with no exception and no cycle.  The framework is reached from the
+neutral layers only by name, through `rnnbench.core.registry.framework` (its adapter module).
+`rnnbench/torch/` and `rnnbench/jax/` have the same modules with the same roles
+(docs/architecture.md); every module imports on its own; cells are dispatched through tables or
+cell objects, never by comparing names; no private helper is imported across modules.
 """
 
 from __future__ import annotations
@@ -16,30 +17,36 @@ import pkgutil
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("torch_impl", "jax_impl")
-# The mirrored part of the layout: the same relative module names in both packages.
-MIRRORED = {"", "modules", "driver", "cells", "adapter", "train", "precision", "quantized", "backends", "backends._common",
-            "backends.bptt.lstm_gru", "backends.bptt.cells"}
+from tests.support import ROOT  # noqa: E402
+# Bottom up; a layer may import its own and the ones before it.  Two packages in one entry share
+# a layer and do not import each other.
+LAYERS = (("core",), ("reference",), ("vectors", "converters"), ("torch", "jax"), ("parity",), ("measure",),
+          ("study",), ("cli",))
+RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+FRAMEWORK_PACKAGES = ("rnnbench.torch", "rnnbench.jax")
+# The mirrored part of the framework packages: the same relative module names in both.
+MIRRORED = {"", "modules", "stack", "cells", "adapter", "train", "precision", "quantized", "backends",
+            "backends._common", "backends.bptt.lstm_gru", "backends.bptt.steps"}
 # And what only one framework has, each for a reason.
-OWN = {"torch_impl": {"backends.bptt.gemm", "backends._compiled"},
-       "jax_impl": {"functional", "xla_options", "profiling", "backends.bptt.common"}}
+OWN = {"rnnbench.torch": {"backends.bptt.gemm", "backends._compiled"},
+       "rnnbench.jax": {"functional", "xla_options", "profiling", "backends.bptt.common"}}
 
 
 def _rungs(package: str) -> set[str]:
     """`backends.<rung>` for each registry row of the package's framework: a rung is its module
     and its row, and adding one edits nothing here."""
-    from shared import registry
+    from rnnbench.core import registry
 
-    return {f"backends.{key}" for key in registry.keys(package.removesuffix("_impl"))}
+    return {f"backends.{key}" for key in registry.keys(package.rpartition(".")[2])}
 
 
-def _modules(package: str) -> list[str]:
-    path = ROOT / package
+def _modules(package: str = "rnnbench") -> list[str]:
+    path = ROOT.joinpath(*package.split("."))
     return sorted([package] + [m.name for m in pkgutil.walk_packages([str(path)], f"{package}.")])
 
 
@@ -47,38 +54,41 @@ def _relative(package: str, name: str) -> str:
     return name[len(package) + 1:] if name != package else ""
 
 
-def _imports(package: str, name: str, modules: list[str]) -> set[str]:
-    """The package's modules `name` imports, at module level or inside a function (an import
-    inside a function runs later, but a cycle through it is a cycle all the same)."""
+def _source(name: str) -> tuple[Path, bool]:
     path = ROOT.joinpath(*name.split("."))
-    is_package = path.is_dir()
-    path = path / "__init__.py" if is_package else path.with_suffix(".py")
+    return (path / "__init__.py", True) if path.is_dir() else (path.with_suffix(".py"), False)
+
+
+def _imports(name: str, modules: list[str]) -> set[str]:
+    """The rnnbench modules `name` imports, at module level or inside a function."""
+    path, is_package = _source(name)
     here = name if is_package else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == package}
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "rnnbench"}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = here.split(".")
                 target = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target.split(".")[0] == package:
+            if target.split(".")[0] == "rnnbench":
                 for a in node.names:  # `from . import cells` names a module; `from .cells import x` does not
                     found.add(f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target)
-    if name == f"{package}.backends":  # the rungs, imported by name in the registry's ladder order
-        found |= {m for m in modules if m.count(".") == 2 and m.startswith(f"{package}.backends.")
-                  and not m.rpartition(".")[2].startswith("_")}
+    for package in FRAMEWORK_PACKAGES:  # the rungs, imported by name in the registry's ladder order
+        if name == f"{package}.backends":
+            found |= {m for m in modules if m.startswith(f"{package}.backends.") and m.count(".") == 3
+                      and not m.rpartition(".")[2].startswith("_")}
     return found - {name}
 
 
-def _import_graph(package: str) -> dict[str, set[str]]:
-    modules = _modules(package)
+def _import_graph() -> dict[str, set[str]]:
+    modules = _modules()
     graph = {}
     for name in modules:
         edges = set()
-        for child in _imports(package, name, modules):
+        for child in _imports(name, modules):
             while child not in modules and "." in child:  # `from pkg.mod import name` of a non-module
                 child = child.rpartition(".")[0]
             edges.add(child)
@@ -110,97 +120,121 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_the_layout_is_the_mirrored_one(package):
-    assert {_relative(package, m) for m in _modules(package)} == MIRRORED | OWN[package] | _rungs(package)
+def _layer(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else None
 
 
-@pytest.mark.parametrize("package", PACKAGES + ("shared",))
-def test_no_import_cycle(package):
-    """Lazy imports included: a package's modules form a tree of layers (`__init__` re-exporting
-    its submodules counts: a submodule must not import its package's front)."""
-    graph = _import_graph(package)
+def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for name, edges in graph.items():
+        here = _layer(name)
+        for edge in edges:
+            there = _layer(edge)
+            if here is None or there is None or there == here:
+                continue
+            if RANK[there] >= RANK[here]:
+                bad.append(f"{name} imports {edge} ({there} is not below {here})")
+    return bad
+
+
+def test_every_package_of_rnnbench_has_its_layer():
+    top = {p.name for p in (ROOT / "rnnbench").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    top |= {p.stem for p in (ROOT / "rnnbench").glob("*.py") if p.stem != "__init__"}
+    assert top == set(RANK), f"a package without a layer, or a layer without a package: {top ^ set(RANK)}"
+
+
+def test_each_module_imports_only_its_layer_and_the_ones_below_with_no_cycle():
+    graph = _import_graph()
+    assert _layer_violations(graph) == []
     cycle = _cycle(graph)
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
-    if package in PACKAGES:
-        for name in (f"{package}.driver", f"{package}.cells"):
+    for package in FRAMEWORK_PACKAGES:  # the backends build on the stacker and the cells, never the reverse
+        for name in (f"{package}.stack", f"{package}.cells"):
             assert not any(m.startswith(f"{package}.backends") for m in graph[name]), (name, graph[name])
 
 
-def test_the_measurement_core_sits_below_the_study():
-    """`shared.measure` (timing, workloads, threads, the roof, the worker and its isolated runner)
-    serves the study, asv and the adapters: it imports nothing of the study but the per-process
-    ratio estimate its records carry (`shared.study.stats`, which imports nothing of rnnbench),
-    and nothing in rnnbench imports the core's earlier places in the study."""
-    graph = _import_graph("shared")
-    core = {name: edges for name, edges in graph.items() if name.startswith("shared.measure")}
-    assert {"shared.measure.timing", "shared.measure.worker", "shared.measure.isolated"} <= set(core)
-    for name, edges in core.items():
-        study = {e for e in edges if e.startswith("shared.study")}
-        assert study <= {"shared.study.stats"}, f"{name} imports the study: {sorted(study)}"
-    assert not graph["shared.study.stats"], graph["shared.study.stats"]
-    for package in PACKAGES:  # the adapters time their GEMMs with the core, never through the study
-        for path in (ROOT / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom) and not node.level:
-                    assert not (node.module or "").startswith("shared.study"), f"{path}:{node.lineno} imports the study"
-
-
-def test_the_cycle_check_sees_imports_inside_functions():
-    graph = {"p.a": {"p.b"}, "p.b": {"p.a"}}
-    assert _cycle(graph) == ["p.a", "p.b", "p.a"]
-    source = "def f():\n    from .driver import run\n"
-    assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(ast.parse(source)))
+def test_the_layer_check_can_fail():
+    assert _layer_violations({"rnnbench.core.spec": {"rnnbench.study.records"}}) == [
+        "rnnbench.core.spec imports rnnbench.study.records (study is not below core)"]
+    assert _layer_violations({"rnnbench.torch.cells": {"rnnbench.jax.cells"}})  # one layer, two packages
+    assert _layer_violations({"rnnbench.study.runner": {"rnnbench.core.spec"}}) == []
+    assert _cycle({"p.a": {"p.b"}, "p.b": {"p.a"}}) == ["p.a", "p.b", "p.a"]
     assert _cycle({"p.a": {"p.b"}, "p.b": set()}) is None
+    source = "def f():\n    from .stack import run\n"
+    assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(ast.parse(source)))
 
 
-@pytest.mark.parametrize("name", [m for p in PACKAGES for m in _modules(p)])
+def test_the_wheel_installs_one_package_and_its_console_script(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                           "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = tmp_path.glob("rnnbench-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"rnnbench"}
+    assert "rnnbench/vectors/manifest.json" in names or any(n.startswith("rnnbench/vectors/") and n.endswith(".npz")
+                                                             for n in names)
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "rnnbench = rnnbench.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+
+
+@pytest.mark.parametrize("package", FRAMEWORK_PACKAGES)
+def test_the_framework_packages_are_mirrored(package):
+    assert {_relative(package, m) for m in _modules(package)} == MIRRORED | OWN[package] | _rungs(package)
+
+
+@pytest.mark.parametrize("name", _modules() + ["tools.docs_figures"])
 def test_every_module_imports_on_its_own(name):
     proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=120,
                           cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", FRAMEWORK_PACKAGES)
 def test_no_cell_name_comparisons_outside_the_catalogue(package):
     pair = re.compile(r'"lstm", "gru"')
     compare = re.compile(r'(==|!=)\s*"(lstm|gru)"|"(lstm|gru)"\s*(==|!=)|in \("lstm"')
-    for path in (ROOT / package).rglob("*.py"):
+    for path in ROOT.joinpath(*package.split(".")).rglob("*.py"):
         text = path.read_text()
-        assert not pair.search(text), f"{path}: the literal pair of cell names belongs to shared/cells.py"
+        assert not pair.search(text), f"{path}: the literal pair of cell names belongs to rnnbench/core/catalogue.py"
         assert not compare.search(text), f"{path}: dispatch through a table or the cell object"
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", FRAMEWORK_PACKAGES)
 def test_no_private_helper_imported_across_modules(package):
-    for path in (ROOT / package).rglob("*.py"):
+    for path in ROOT.joinpath(*package.split(".")).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(package)):
                 private = [a.name for a in node.names if a.name.startswith("_") and a.name != "__future__"]
                 assert not private, f"{path}: imports {private} from {node.module}"
 
 
-def test_shared_imports_no_framework():
-    """Anywhere in shared/, even inside a function: the framework is reached through
-    `shared.registry.framework(name)` (an adapter module named by path), nothing else."""
-    banned = ("torch", "jax", "jaxlib", "flax", "optax", "torch_impl", "jax_impl")
-    for path in (ROOT / "shared").rglob("*.py"):
+def _neutral_files():
+    frameworks = [ROOT.joinpath(*p.split(".")) for p in FRAMEWORK_PACKAGES]
+    return [p for p in (ROOT / "rnnbench").rglob("*.py") if not any(f in p.parents for f in frameworks)]
+
+
+def test_the_neutral_layers_import_no_framework():
+    """Anywhere outside rnnbench/torch and rnnbench/jax, even inside a function: the framework is
+    reached through `rnnbench.core.registry.framework(name)` (an adapter module named by path)."""
+    banned = ("torch", "jax", "jaxlib", "flax", "optax")
+    for path in _neutral_files():
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level:
                 names = [node.module or ""]
-            bad = [n for n in names if n.split(".")[0] in banned]
+            bad = [n for n in names if n.split(".")[0] in banned or n.startswith(FRAMEWORK_PACKAGES)]
             assert not bad, f"{path}:{node.lineno} imports {bad}"
 
 
 def test_ray_is_imported_only_inside_the_cluster_runners_functions():
-    """`rnnbench compare` without --cluster never needs Ray: in shared/, only functions of
-    shared/study/cluster/ import it, and nothing outside that package imports it (or one of its
+    """`rnnbench compare` without --cluster never needs Ray: only functions of
+    rnnbench/study/cluster/ import it, and nothing outside that package imports it (or one of its
     modules) at module level."""
-    allowed = ROOT / "shared" / "study" / "cluster"
-    for path in (ROOT / "shared").rglob("*.py"):
+    allowed = ROOT / "rnnbench" / "study" / "cluster"
+    for path in (ROOT / "rnnbench").rglob("*.py"):
         tree = ast.parse(path.read_text())
         inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                   for n in ast.walk(f)}
@@ -214,12 +248,13 @@ def test_ray_is_imported_only_inside_the_cluster_runners_functions():
             ray = [n for n in names if n.split(".")[0] == "ray"]
             in_runner = allowed in path.parents
             assert not ray or (in_runner and id(node) in inside), f"{path}:{node.lineno} imports {ray}"
-            # the package or one of its modules (`shared.study.cluster.driver`)
+            # the package or one of its modules (`rnnbench.study.cluster.scheduler`)
             cluster = [n for n in names if (n.endswith("cluster") or ".cluster." in n) and "study" in (n + str(path))]
             assert not cluster or id(node) in inside or in_runner, \
                 f"{path}:{node.lineno} imports the cluster runner at module level"
     code = ("import sys\n"
-            "import shared.cli, shared.study.cli, shared.study.runner, shared.study.report, shared.study.cluster\n"
+            "import rnnbench.cli, rnnbench.study.command, rnnbench.study.runner, rnnbench.study.report, "
+            "rnnbench.study.cluster\n"
             "assert 'ray' not in sys.modules, 'ray imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
@@ -227,16 +262,21 @@ def test_ray_is_imported_only_inside_the_cluster_runners_functions():
 
 def test_the_catalogue_is_the_one_place_for_the_pair_of_cell_names():
     pair = re.compile(r'\("lstm", "gru"\)')
-    hits = [p for d in ("shared", "torch_impl", "jax_impl", "benchmarks", "scripts") for p in (ROOT / d).rglob("*.py")
-            if pair.search(p.read_text())]
-    assert [p.relative_to(ROOT).as_posix() for p in hits] == ["shared/cells.py"]
+    hits = [p for d in ("rnnbench", "benchmarks", "tools") for p in (ROOT / d).rglob("*.py") if pair.search(p.read_text())]
+    assert [p.relative_to(ROOT).as_posix() for p in hits] == ["rnnbench/core/catalogue.py"]
 
 
 def test_framework_adapters_implement_the_protocol():
-    from shared.adapter import FrameworkAdapter
-    from shared.registry import FRAMEWORKS, framework
+    from rnnbench.core.adapter import FrameworkAdapter
+    from rnnbench.core.registry import FRAMEWORKS, framework
 
     for name in FRAMEWORKS:
         if importlib.util.find_spec(name) is None:
             continue
         assert isinstance(framework(name), FrameworkAdapter), name
+
+
+def test_no_tool_edits_sys_path():
+    """Tools run as modules from the repository root (`python -m tools.NAME`), so none needs to."""
+    for path in (ROOT / "tools").rglob("*.py"):
+        assert "sys.path.insert" not in path.read_text() and "sys.path.append" not in path.read_text(), path

@@ -1,7 +1,7 @@
 """What a rung computes on this machine is asked of the machine, never declared.
 
-`Capabilities.machine` (shared/capabilities.py) is the hook; `torch.native`'s probe
-(`torch_impl.backends.native.machine_reason`) runs `nn.LSTM`/`nn.GRU` once in the precision
+`Capabilities.machine` (rnnbench/core/capabilities.py) is the hook; `torch.native`'s probe
+(`rnnbench.torch.backends.native.machine_reason`) runs `nn.LSTM`/`nn.GRU` once in the precision
 asked.  Each question is tested both ways: against the library itself on this CPU, and on a
 CPU without oneDNN's bfloat16 RNN primitive, made here by capping oneDNN's instruction set
 (`ONEDNN_MAX_CPU_ISA=AVX2`, which oneDNN reads when it starts: so in a fresh process).
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.capabilities import Capabilities
-from shared.spec import RNNSpec
+from rnnbench.core.capabilities import Capabilities
+from rnnbench.core.spec import RNNSpec
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT  # noqa: E402
 AVX2 = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
 
 
@@ -49,8 +49,8 @@ def test_the_machine_is_asked_last_only_for_what_the_declaration_allows():
 def test_native_probe_agrees_with_nn_rnn_itself(cell, dtype):
     """Whatever this CPU is: the probe refuses exactly what nn.LSTM/nn.GRU fails to run."""
     torch = pytest.importorskip("torch")
-    from torch_impl.backends.native import machine_reason
-    from torch_impl.precision import compute_context, storage_dtype
+    from rnnbench.torch.backends.native import machine_reason
+    from rnnbench.torch.precision import compute_context, storage_dtype
 
     module = getattr(torch.nn, cell.upper())(8, 8).to(storage_dtype(dtype))
     x = torch.randn(5, 3, 8, dtype=storage_dtype(dtype), requires_grad=True)
@@ -69,10 +69,10 @@ def test_native_probe_agrees_with_nn_rnn_itself(cell, dtype):
 
 _CAPPED = r"""
 import json, torch
-from shared import registry
-from shared.capabilities import UnsupportedConfigError
-from shared.spec import RNNSpec
-import torch_impl
+from rnnbench.core import registry
+from rnnbench.core.capabilities import UnsupportedConfigError
+from rnnbench.core.spec import RNNSpec
+import rnnbench.torch
 
 out = {}
 try:
@@ -88,7 +88,7 @@ for cell in ("lstm", "gru"):
 out["bptt"] = registry.get("torch.bptt").unsupported_reason(RNNSpec("lstm", 4, 4), dtype="amp_bfloat16", device="cpu")
 try:
     with torch.autocast("cpu", torch.bfloat16):
-        torch_impl.LSTM(4, 4, backend="native")(torch.ones(2, 1, 4))
+        rnnbench.torch.LSTM(4, 4, backend="native")(torch.ones(2, 1, 4))
     out["module"] = "ran"
 except UnsupportedConfigError as e:
     out["module"] = f"{type(e).__mro__[1:3]}: {e}"
@@ -114,7 +114,7 @@ def test_with_onednn_capped_at_avx2_native_amp_bfloat16_is_refused_with_its_reas
     assert got["bptt"] is None
     assert "RuntimeError" in got["module"] and "no bfloat16 RNN primitive" in got["module"]
 
-    listed = subprocess.run([sys.executable, "-m", "shared.cli", "list"], cwd=ROOT, env=AVX2, capture_output=True,
+    listed = subprocess.run([sys.executable, "-m", "rnnbench.cli", "list"], cwd=ROOT, env=AVX2, capture_output=True,
                             text=True, timeout=300)
     assert listed.returncode == 0, listed.stderr
     native = listed.stdout[listed.stdout.index("torch.native"):listed.stdout.index("jax.naive")]
@@ -122,10 +122,10 @@ def test_with_onednn_capped_at_avx2_native_amp_bfloat16_is_refused_with_its_reas
 
 
 def test_with_onednn_capped_at_avx2_the_study_records_native_amp_bfloat16_as_skipped(tmp_path):
-    from shared.study.records import read_records
+    from rnnbench.study.records import read_records
 
     proc = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "compare", "--workloads", "quick", "--impls", "torch.native",
+        [sys.executable, "-m", "rnnbench.cli", "compare", "--workloads", "quick", "--impls", "torch.native",
          "--cells", "lstm", "--sweeps", "none", "--precisions", "amp_bfloat16", "--repeats", "3",
          "--processes", "1", "--max-processes", "1", "--out", str(tmp_path), "--no-progress"],
         cwd=ROOT, env=AVX2, capture_output=True, text=True, timeout=400)

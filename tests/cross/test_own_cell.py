@@ -7,12 +7,12 @@ complex-step method gives exact float64 gradients (no hand-written backward).  T
 check those gradients against central finite differences and against a torch autograd
 version of the cell (float64, 1e-12), over every option.
 
-The torch side (section "torch_impl" at the end) is one more function, the step on the
-hoisted input projection, registered with `torch_impl.register_cell`; then
-`torch_impl.RNN("mgu", ...)`, the `eager` and `compile` rungs and the torch adapter (so
+The torch side (section "rnnbench.torch" at the end) is one more function, the step on the
+hoisted input projection, registered with `rnnbench.torch.register_cell`; then
+`rnnbench.torch.RNN("mgu", ...)`, the `eager` and `compile` rungs and the torch adapter (so
 the parity matrix and benchmarks) run it with every option.  The JAX side (section
-"jax_impl") is the same step in `jax.numpy`, registered with `jax_impl.register_cell`;
-then `jax_impl.rnn(params, x, cell="mgu", ...)`, `jax_impl.RNN("mgu", ...)` and the
+"rnnbench.jax") is the same step in `jax.numpy`, registered with `rnnbench.jax.register_cell`;
+then `rnnbench.jax.rnn(params, x, cell="mgu", ...)`, `rnnbench.jax.RNN("mgu", ...)` and the
 `scan` impl's adapter (jit, grad, vmap) run it with every option.
 """
 
@@ -21,14 +21,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared import reference
-from shared.cells import CELL_DEFS, CellDef, register_cell
-from shared.params import init_params
-from shared.spec import RNNSpec
+from rnnbench import reference
+from rnnbench.core.catalogue import CELL_DEFS, CellDef, register_cell
+from rnnbench.core.params import init_params
+from rnnbench.core.spec import RNNSpec
 
 # ---- what the user writes: tests/own_cell_example.py ----------------------------------------
 
-from own_cell_example import MGU, jax_impl_mgu_step, mgu_step, register_mgu, torch_impl_mgu_step  # noqa: E402,F401
+from own_cell_example import MGU, mgu_step, mgu_step_jax, mgu_step_torch, register_mgu  # noqa: E402,F401
 
 # ---- tests ------------------------------------------------------------------------------------
 
@@ -122,7 +122,7 @@ def test_registration_errors_are_clear():
     register_cell(lonely)
     try:
         with pytest.raises(ValueError, match=r"has no NumPy reference step; add one with "
-                                             r"shared.reference.register_cell_step\('mgu_without_step', step\)"):
+                                             r"rnnbench.reference.register_cell_step\('mgu_without_step', step\)"):
             reference.run_case(RNNSpec(lonely.name, 2, 2), init_params(RNNSpec(lonely.name, 2, 2)),
                                np.zeros((1, 1, 2)))
     finally:
@@ -170,16 +170,16 @@ def test_matches_torch_autograd(config):
         np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-12, err_msg=key)
 
 
-# ---- torch_impl: the user's step is torch_impl_mgu_step (tests/own_cell_example.py) -------------
+# ---- rnnbench.torch: the user's step is mgu_step_torch (tests/own_cell_example.py) -------------
 
 @pytest.fixture(scope="module")
 def mgu_in_torch(mgu_registered):
-    import torch_impl
-    import torch_impl.cells as tc
+    import rnnbench.torch
+    import rnnbench.torch.cells as tc
 
     had = "mgu" in tc.TORCH_CELLS
-    torch_impl.register_cell("mgu", torch_impl_mgu_step)
-    yield torch_impl
+    rnnbench.torch.register_cell("mgu", mgu_step_torch)
+    yield rnnbench.torch
     if not had:
         tc.TORCH_CELLS.pop("mgu", None)
 
@@ -198,8 +198,8 @@ def test_torch_impl_runs_the_user_cell_like_the_reference(mgu_in_torch, backend,
     """Through the torch adapter (what the parity matrix and benchmarks use): float64, 1e-9."""
     from reference_cases import make_case
 
-    from shared.tolerances import assert_close
-    from torch_impl.adapter import get_adapter
+    from rnnbench.core.tolerances import assert_close
+    from rnnbench.torch.adapter import get_adapter
 
     spec = RNNSpec("mgu", **kwargs)
     inputs, cot = make_case(spec, T, B, seed=5, initial_state=init, lengths=lengths)
@@ -212,8 +212,7 @@ def test_torch_impl_runs_the_user_cell_like_the_reference(mgu_in_torch, backend,
 
 
 def test_torch_module_of_the_user_cell(mgu_in_torch):
-    torch_impl = mgu_in_torch
-    rnn = torch_impl.RNN("mgu", 3, 4, num_layers=2, bidirectional=True, batch_first=True)
+    rnn = mgu_in_torch.RNN("mgu", 3, 4, num_layers=2, bidirectional=True, batch_first=True)
     assert list(rnn.state_dict()) == RNNSpec("mgu", 3, 4, num_layers=2, bidirectional=True).param_names()
     out, h_n = rnn(torch.randn(2, 5, 3))
     assert out.shape == (2, 5, 8) and h_n.shape == (4, 2, 4)
@@ -221,18 +220,18 @@ def test_torch_module_of_the_user_cell(mgu_in_torch):
         rnn.backend = "native"
 
 
-# ---- jax_impl: the user's step is jax_impl_mgu_step (tests/own_cell_example.py) -----------------
+# ---- rnnbench.jax: the user's step is mgu_step_jax (tests/own_cell_example.py) -----------------
 
 @pytest.fixture(scope="module")
 def mgu_in_jax(mgu_registered):
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)  # the float64 checks below
-    import jax_impl
-    import jax_impl.cells as jc
+    import rnnbench.jax
+    import rnnbench.jax.cells as jc
 
     had = "mgu" in jc.JAX_CELLS
-    jax_impl.register_cell("mgu", jax_impl_mgu_step)
-    yield jax_impl
+    rnnbench.jax.register_cell("mgu", mgu_step_jax)
+    yield rnnbench.jax
     if not had:
         jc.JAX_CELLS.pop("mgu", None)
 
@@ -247,8 +246,8 @@ def test_jax_impl_runs_the_user_cell_like_the_reference(mgu_in_jax, config):
     """Through the jax adapter (what the parity matrix and benchmarks use): float64, 1e-9."""
     from reference_cases import make_case
 
-    from jax_impl.adapter import get_adapter
-    from shared.tolerances import assert_close
+    from rnnbench.jax.adapter import get_adapter
+    from rnnbench.core.tolerances import assert_close
 
     kwargs, T, B, lengths, init = config
     spec = RNNSpec("mgu", **kwargs)
@@ -265,8 +264,7 @@ def test_jax_module_of_the_user_cell(mgu_in_jax):
     import jax.numpy as jnp
     from flax import nnx
 
-    jax_impl = mgu_in_jax
-    rnn = jax_impl.RNN("mgu", 3, 4, num_layers=2, bidirectional=True, batch_first=True, rngs=nnx.Rngs(0),
+    rnn = mgu_in_jax.RNN("mgu", 3, 4, num_layers=2, bidirectional=True, batch_first=True, rngs=nnx.Rngs(0),
                        param_dtype=jnp.float64)
     spec = RNNSpec("mgu", 3, 4, num_layers=2, bidirectional=True, batch_first=True)
     assert list(rnn.state_dict()) == spec.param_names()
@@ -276,5 +274,5 @@ def test_jax_module_of_the_user_cell(mgu_in_jax):
     want = reference.run_case(spec, rnn.state_dict(), x)
     np.testing.assert_allclose(out, want["output"], rtol=0, atol=1e-12)
     np.testing.assert_allclose(h_n, want["h_n"], rtol=0, atol=1e-12)
-    with pytest.raises(jax_impl.UnsupportedConfigError, match="jax.flax_nnx implements only lstm, gru, not 'mgu'"):
-        jax_impl.RNN("mgu", 3, 4, rngs=nnx.Rngs(0), backend="flax_nnx")
+    with pytest.raises(mgu_in_jax.UnsupportedConfigError, match="jax.flax_nnx implements only lstm, gru, not 'mgu'"):
+        mgu_in_jax.RNN("mgu", 3, 4, rngs=nnx.Rngs(0), backend="flax_nnx")

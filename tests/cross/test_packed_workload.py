@@ -9,10 +9,10 @@ import importlib
 import numpy as np
 import pytest
 
-from shared import reference
-from shared.params import init_params
-from shared.measure import workloads
-from shared.tolerances import tolerance
+from rnnbench import reference
+from rnnbench.core.params import init_params
+from rnnbench.measure import workloads
+from rnnbench.core.tolerances import tolerance
 
 TINY = workloads.Workload("tiny-packed", seq_len=6, batch=3, input_size=4, hidden_size=5, num_layers=2,
                           bidirectional=True, packed=True)
@@ -53,16 +53,16 @@ def _jax_results(adapter, spec, lengths):
     return output, grads, np.asarray(wl.g, dtype=np.float64)
 
 
-@pytest.mark.parametrize("module,backend", [("torch_impl.adapter", "eager"), ("torch_impl.adapter", "native"),
-                                            ("jax_impl.adapter", "scan")])
+@pytest.mark.parametrize("module,backend", [("rnnbench.torch.adapter", "eager"), ("rnnbench.torch.adapter", "native"),
+                                            ("rnnbench.jax.adapter", "scan")])
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_packed_workloads_compute_the_packed_model(module, backend, cell):
-    pytest.importorskip(module.split(".")[0])
+    pytest.importorskip(module.split(".")[1])
     adapter = importlib.import_module(module).get_adapter(backend)
     spec = TINY.spec(cell)
     lengths = np.asarray(TINY.lengths(0))
     assert lengths.min() < TINY.seq_len, "the lengths must vary, or nothing is packed"
-    run = _torch_results if module.startswith("torch") else _jax_results
+    run = _torch_results if module.startswith("rnnbench.torch") else _jax_results
     output, grads, loss = run(adapter, spec, lengths)
 
     params, x = _inputs(spec)

@@ -3,16 +3,16 @@
 One parametrized test per cell, id "<implementation>-<case>-<dtype>" (for example
 "torch.eager-lstm_lengths_bidirectional-float64"), so a red cell names what broke.
 Outputs, final states and every gradient are compared with the float64 reference
-stored in the vector, with the tolerance of `shared.tolerances` (the only place
+stored in the vector, with the tolerance of `rnnbench.core.tolerances` (the only place
 tolerances live).  A configuration an implementation does not support is skipped with
 its declared reason (a missing capability); implementations that cannot run here are
 not generated: `test_unavailable_implementations_are_reported_with_their_reason` checks
 how the matrix reports them.
 
-What is collected.  Compiled implementations (`shared.parity.SLOW_IMPLS`: torch.compile
+What is collected.  Compiled implementations (`rnnbench.parity.SLOW_IMPLS`: torch.compile
 and every JAX impl) compile anew for every configuration and dtype (seconds per cell on
 the shared 2-core CPU), so by default each of them is collected only on
-`shared.parity.covering_cases`: per cell type, the few vectors that together carry every
+`rnnbench.parity.covering_cases`: per cell type, the few vectors that together carry every
 feature tag it supports in float64; the cheapest of them per cell type in float32; the
 cheapest lstm and gru ones in the reduced precisions, and in the mixed ones (autocast) the
 cheapest projected LSTM as well.  torch.scan, whose compile of a
@@ -42,12 +42,13 @@ import os
 import numpy as np
 import pytest
 
-from shared import parity, precision, reference, registry
-from shared.precision import ALL as DTYPES
-from shared.tolerances import assert_close, bounds, case_sizes, max_errors
-from shared.spec import RNNSpec
+from rnnbench import parity, reference
+from rnnbench.core import precision, registry
+from rnnbench.core.precision import ALL as DTYPES
+from rnnbench.core.tolerances import assert_close, bounds, case_sizes, max_errors
+from rnnbench.core.spec import RNNSpec
 
-vectors = pytest.importorskip("shared.vectors", reason="shared vectors have not landed in this checkout")
+vectors = pytest.importorskip("rnnbench.vectors", reason="shared vectors have not landed in this checkout")
 
 CASES = list(vectors.load_cases())
 CASES_BY_NAME = {c.name: c for c in CASES}
@@ -167,7 +168,7 @@ def test_unavailable_implementations_are_reported_with_their_reason(monkeypatch)
     only on CUDA, so that the check runs even where every registered implementation is
     available.
     """
-    from shared.capabilities import Capabilities
+    from rnnbench.core.capabilities import Capabilities
 
     planted = registry.Implementation("jax.cuda_only_planted", "test", 99,
                                       capabilities=Capabilities(devices=("cuda",)))
@@ -242,7 +243,7 @@ def _cli_impl():
 def test_cli_writes_json_and_markdown_and_exits_zero_when_green(tmp_path, capsys):
     import json
 
-    from shared.cli import main
+    from rnnbench.cli import main
     impl = _cli_impl()
     if impl is None:
         pytest.skip("no torch implementation available here")
@@ -260,7 +261,7 @@ def test_cli_writes_json_and_markdown_and_exits_zero_when_green(tmp_path, capsys
 
 
 def test_cli_exits_nonzero_on_a_failure(tmp_path, monkeypatch):
-    from shared.cli import main
+    from rnnbench.cli import main
     impl = _cli_impl()
     if impl is None:
         pytest.skip("no torch implementation available here")
@@ -300,8 +301,7 @@ def test_the_matrix_collects_only_cells_it_runs():
 
 @pytest.mark.parametrize("value,expected", [("", set()), ("0", set()), ("1", set(registry.names())),
                                             ("all", set(registry.names())),
-                                            ("jax.scan, torch.compile", {"jax.scan", "torch.compile"}),
-                                            ("torch.autograd", {"torch.bptt"})])
+                                            ("jax.scan, torch.compile", {"jax.scan", "torch.compile"})])
 def test_full_matrix_setting(value, expected):
     assert full_matrix_impls(value) == expected
 
@@ -315,7 +315,7 @@ def test_full_matrix_setting_refuses_an_unknown_name():
 
 # The worst error / bound ratio a correct implementation must reach, per dtype, separately
 # for the forward arrays (output and final states) and the gradients (the two derivations
-# of `shared.tolerances`: d doubles and n grows to T * B for a gradient).
+# of `rnnbench.core.tolerances`: d doubles and n grows to T * B for a gradient).
 #
 # Why 1/50.  The bound is LAMBDA = 8 standard deviations of the rule's random-walk model;
 # the largest of a vector's few hundred errors is about 2-3 of them, so if the model's n and
@@ -369,7 +369,7 @@ def test_bounds_are_within_a_small_factor_of_a_correct_rungs_error(impl, dtype):
 
 def test_a_loose_bound_fails_the_tightness_check(monkeypatch):
     """The check can fail: with the rule 100x looser, the same errors fall under the floor."""
-    from shared import tolerances
+    from rnnbench.core import tolerances
     impl = next((n for n in AVAILABLE if n not in SUBSET_ONLY), None)
     if impl is None:
         pytest.skip("no eager implementation available here")
@@ -507,14 +507,14 @@ def test_flax_nnx_gru_with_biases_matches_the_reference_when_b_hn_is_zero(case):
 def test_rnnbench_parity_is_the_full_matrix_and_quick_the_covering_one(tmp_path, monkeypatch):
     """`make parity` (no --quick): every registered rung, every vector, every dtype the CPU has arithmetic
     for, no subsets; `--quick`: the compiled rungs on covering cases."""
-    from shared.cli import main
+    from rnnbench.cli import main
     calls = []
 
     def fake_run_matrix(impls, cases, dtypes, device="cpu", subsets=None, progress=None):
         calls.append((list(impls), [c.name for c in cases], list(dtypes), dict(subsets or {})))
         return parity.ParityReport(list(dtypes), [], [], {}, [], 0.0)
 
-    monkeypatch.setattr(parity.cli, "run_matrix", fake_run_matrix)
+    monkeypatch.setattr(parity.command, "run_matrix", fake_run_matrix)
     assert main(["parity", "--out", str(tmp_path / "full")]) == 0
     assert main(["parity", "--quick", "--out", str(tmp_path / "quick")]) == 0
     (impls, cases, dtypes, subsets), (_, _, _, quick) = calls

@@ -1,8 +1,8 @@
-"""Reduced precision: the precision axis (`shared.precision`) as users meet it in each framework.
+"""Reduced precision: the precision axis (`rnnbench.core.precision`) as users meet it in each framework.
 
 The parity matrix (`test_parity_matrix.py`) runs every rung on the shared vectors in every
 precision this CPU has arithmetic for (bfloat16, amp_bfloat16 next to float32/float64),
-judged by the derived rule of `shared.tolerances`.  Here: the rule is not vacuous in bf16,
+judged by the derived rule of `rnnbench.core.tolerances`.  Here: the rule is not vacuous in bf16,
 float16 on a CPU without float16 arithmetic is refused with the reason, autocast and Flax's
 `dtype=` behave as their libraries do (float32 parameters get float32 gradients).
 """
@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared import parity, precision, registry
-from shared.tolerances import bounds, case_sizes, max_errors
-from shared.vectors import load_cases
+from rnnbench import parity
+from rnnbench.core import precision, registry
+from rnnbench.core.tolerances import bounds, case_sizes, max_errors
+from rnnbench.vectors import load_cases
 
 CASES = list(load_cases())
 NO_FP16 = precision.device_reason("float16", "cpu") is not None
@@ -63,31 +64,31 @@ def test_float16_on_this_cpu_is_refused_naming_rung_dtype_and_device(impl):
 @pytest.mark.skipif(not NO_FP16, reason="this CPU has float16 arithmetic")
 def test_float16_modules_and_functions_refuse_on_this_cpu():
     torch = pytest.importorskip("torch")
-    import torch_impl
-    for backend in torch_impl.available_backends():
-        rnn = torch_impl.LSTM(3, 4, backend=backend).half()
+    import rnnbench.torch
+    for backend in rnnbench.torch.available_backends():
+        rnn = rnnbench.torch.LSTM(3, 4, backend=backend).half()
         with pytest.raises(RuntimeError, match=f"torch.{backend} cannot run float16 on cpu"):
             rnn(torch.zeros(2, 1, 3, dtype=torch.float16))
     jnp = pytest.importorskip("jax.numpy")
-    import jax_impl
-    from shared.params import init_params
-    from shared.spec import RNNSpec
+    import rnnbench.jax
+    from rnnbench.core.params import init_params
+    from rnnbench.core.spec import RNNSpec
     params = init_params(RNNSpec("lstm", 3, 4))
-    with pytest.raises(jax_impl.UnsupportedConfigError, match="jax.scan cannot run float16 on cpu"):
-        jax_impl.lstm(params, jnp.zeros((2, 1, 3), jnp.float16))
-    with pytest.raises(jax_impl.UnsupportedConfigError, match="float16 on cpu"):
-        jax_impl.lstm(params, jnp.zeros((2, 1, 3)), dtype=jnp.float16)
+    with pytest.raises(rnnbench.jax.UnsupportedConfigError, match="jax.scan cannot run float16 on cpu"):
+        rnnbench.jax.lstm(params, jnp.zeros((2, 1, 3), jnp.float16))
+    with pytest.raises(rnnbench.jax.UnsupportedConfigError, match="float16 on cpu"):
+        rnnbench.jax.lstm(params, jnp.zeros((2, 1, 3)), dtype=jnp.float16)
 
 
 def test_torch_autocast_as_nn_lstm_does():
     """Under autocast a float32 module takes a bf16 input (nn.RNNBase skips its dtype check
     there); outside it the mismatch is nn's ValueError; float32 parameters get float32 grads."""
     torch = pytest.importorskip("torch")
-    import torch_impl
+    import rnnbench.torch
     torch.manual_seed(0)
     x = torch.randn(5, 2, 3)
-    for backend in torch_impl.available_backends():
-        rnn = torch_impl.LSTM(3, 4, backend=backend)
+    for backend in rnnbench.torch.available_backends():
+        rnn = rnnbench.torch.LSTM(3, 4, backend=backend)
         ref = torch.nn.LSTM(3, 4)
         ref.load_state_dict(rnn.state_dict())
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -108,17 +109,17 @@ def test_jax_compute_dtype_is_flax_dtype():
     jnp = jax.numpy
     from flax import nnx
 
-    import jax_impl
-    from shared.params import init_params
-    from shared.spec import RNNSpec
+    import rnnbench.jax
+    from rnnbench.core.params import init_params
+    from rnnbench.core.spec import RNNSpec
     params = {k: jnp.asarray(v, jnp.float32) for k, v in init_params(RNNSpec("gru", 3, 4)).items()}
     x = jnp.ones((5, 2, 3), jnp.float32)
-    out, h = jax_impl.gru(params, x, dtype=jnp.bfloat16)
+    out, h = rnnbench.jax.gru(params, x, dtype=jnp.bfloat16)
     assert out.dtype == h.dtype == jnp.bfloat16
-    grads = jax.grad(lambda p: jax_impl.gru(p, x, dtype=jnp.bfloat16)[0].astype(jnp.float32).sum())(params)
+    grads = jax.grad(lambda p: rnnbench.jax.gru(p, x, dtype=jnp.bfloat16)[0].astype(jnp.float32).sum())(params)
     assert all(g.dtype == jnp.float32 for g in grads.values())
-    model = jax_impl.LSTM(3, 4, rngs=nnx.Rngs(0), dtype=jnp.bfloat16)
+    model = rnnbench.jax.LSTM(3, 4, rngs=nnx.Rngs(0), dtype=jnp.bfloat16)
     out, (h, c) = model(x)
     assert out.dtype == jnp.bfloat16 and model.weight_ih_l0[...].dtype == jnp.float32
-    full, _ = jax_impl.LSTM(3, 4, rngs=nnx.Rngs(0))(x)
+    full, _ = rnnbench.jax.LSTM(3, 4, rngs=nnx.Rngs(0))(x)
     np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(full), atol=3e-2)

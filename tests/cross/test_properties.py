@@ -3,7 +3,7 @@
 Random configurations (cell, sizes, layers, bidirectional, batch_first, bias, proj_size,
 lengths, initial state, dtype) and random inputs and cotangents; every available torch
 backend and a JAX impl are compared with the float64 reference (and so with each other),
-forward and every gradient, with the tolerance of `shared.tolerances`.
+forward and every gradient, with the tolerance of `rnnbench.core.tolerances`.
 
 With variable lengths, x past each sequence's length is filled with large garbage: an
 implementation that lets padding leak into its states or outputs disagrees with the
@@ -23,10 +23,11 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from shared import parity, reference, registry
-from shared.params import init_params
-from shared.spec import RNNSpec
-from shared.tolerances import assert_close
+from rnnbench import parity, reference
+from rnnbench.core import registry
+from rnnbench.core.params import init_params
+from rnnbench.core.spec import RNNSpec
+from rnnbench.core.tolerances import assert_close
 
 FULL_PRECISION = ("float64", "float32")  # reduced precision has its own tests
 

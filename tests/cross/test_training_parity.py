@@ -26,13 +26,13 @@ import pytest
 torch = pytest.importorskip("torch")
 jax = pytest.importorskip("jax")
 
-from jax_impl import train as jax_train  # noqa: E402  (turns on jax_enable_x64)
-from shared import training_parity as tp  # noqa: E402
-from shared.cells import CUSTOM_CELLS  # noqa: E402
-from shared.tasks import AddingProblem, SineForecast, TrainConfig, relative_difference  # noqa: E402
-from shared.spec import RNNSpec  # noqa: E402
-from torch_impl import backends as torch_backends  # noqa: E402
-from torch_impl import train as torch_train  # noqa: E402
+from rnnbench.jax import train as jax_train  # noqa: E402  (turns on jax_enable_x64)
+from rnnbench.parity import training as tp  # noqa: E402
+from rnnbench.core.catalogue import CUSTOM_CELLS  # noqa: E402
+from rnnbench.core.tasks import AddingProblem, SineForecast, TrainConfig, relative_difference  # noqa: E402
+from rnnbench.core.spec import RNNSpec  # noqa: E402
+from rnnbench.torch import backends as torch_backends  # noqa: E402
+from rnnbench.torch import train as torch_train  # noqa: E402
 
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
@@ -107,7 +107,7 @@ def test_float64_loss_curves_agree_step_by_step(config_name, a, b):
 
 @pytest.mark.parametrize("config_name", list(CONFIGS))
 def test_first_step_equals_the_numpy_reference(config_name):
-    """Loss and pre-clip gradient norm of step 0, every trained implementation, against shared.reference."""
+    """Loss and pre-clip gradient norm of step 0, every trained implementation, against rnnbench.reference."""
     config = CONFIGS[config_name]
     loss, norm = tp.reference_first_step(config)
     for impl in names_for(config_name):
@@ -245,7 +245,7 @@ def test_torch_optim_and_optax_are_the_same_update(optimizer):
 
 
 def test_stock_optax_clipping_differs_from_clip_grad_norm_by_its_epsilon():
-    """Why jax_impl.train carries torch's 1e-6: stock optax clips to max_norm / ||g||."""
+    """Why rnnbench.jax.train carries torch's 1e-6: stock optax clips to max_norm / ||g||."""
     config = TrainConfig(optimizer="sgd", lr=0.05, momentum=0.9, clip_norm=1.0)
     grads = _grad_sequence()
     torch_result = _torch_steps(config, grads)

@@ -1,4 +1,4 @@
-"""Flax linen's own recurrent tests, adapted to the `flax_linen` impl (jax_impl.lstm/gru).
+"""Flax linen's own recurrent tests, adapted to the `flax_linen` impl (rnnbench.jax.lstm/gru).
 
 Upstream: google/flax `tests/linen/linen_recurrent_test.py`, read at
 google/flax@18f8f311c275d57f46d95e41b15aa97b454754c0 (the file's blob is the same at tag
@@ -11,9 +11,9 @@ re-implemented in pytest.
 How a test is adapted.  Upstream builds Flax modules, initialises them and checks shapes
 and that `nn.RNN` computes what stepping `cell.apply` by hand computes.  Here the same
 modules are built with the same sizes, inputs and PRNG keys; their variables are converted
-to the canonical (PyTorch `state_dict`) parameters with `shared.converters.from_flax_linen`
+to the canonical (PyTorch `state_dict`) parameters with `rnnbench.converters.from_flax_linen`
 (and back with `to_flax_linen`, which must give Flax's tree back exactly); then
-`jax_impl.lstm/gru(..., backend="flax_linen")` must compute what Flax computes, with the
+`rnnbench.jax.lstm/gru(..., backend="flax_linen")` must compute what Flax computes, with the
 tolerance upstream asserts (`rtol=1e-5`, `1e-6` for the single-batch test, `1e-4` for the
 `jax.lax.scan` one); shape tests keep upstream's shape expectations and add that value
 comparison at `rtol=1e-5`.  Flax initialises biases to zero, which would hide a bias
@@ -25,13 +25,13 @@ cell) and `GRUCell`.  Inputs are float32 as upstream; x64 is enabled (as in the 
 test files, so this file behaves the same alone and in the full run) and every array is
 given an explicit dtype.
 
-Where linen's semantics differ from PyTorch's (which jax_impl follows), a test states the
+Where linen's semantics differ from PyTorch's (which rnnbench.jax follows), a test states the
 difference and checks the impl adapts at the boundary:
 
-- carry layout: linen's LSTM carry is `(c, h)` per direction, shape (B, H); jax_impl takes
+- carry layout: linen's LSTM carry is `(c, h)` per direction, shape (B, H); rnnbench.jax takes
   `hx=(h0, c0)` and returns `(h_n, c_n)`, each (num_layers*num_directions, B, H);
 - layout: linen's default is batch-major (`time_major=False`), PyTorch's time-major
-  (`batch_first=False`); and linen's RNN takes any number of leading batch dims, jax_impl
+  (`batch_first=False`); and linen's RNN takes any number of leading batch dims, rnnbench.jax
   exactly one (a 4-D x raises; `jax.vmap` gives the extra batch dims);
 - `seq_lengths`: linen keeps running the cell over the padding, so its outputs past a
   length are the continued recurrence (not masked); its carry (with `return_carry`) is
@@ -44,7 +44,7 @@ difference and checks the impl adapts at the boundary:
 - `nn.Bidirectional` has a `merge_fn` (default: concatenate forward, backward); PyTorch's
   output is always the concatenation `[forward, backward]`;
 - a sequence length of 0: linen silently returns the carry at index -1 (after the whole
-  padded sequence); PyTorch refuses it, and jax_impl raises `ValueError`.
+  padded sequence); PyTorch refuses it, and rnnbench.jax raises `ValueError`.
 
 Adapted (upstream test -> test here):
   RNNTest.test_rnn_basic_forward -> test_rnn_basic_forward[LSTMCell, OptimizedLSTMCell, GRUCell]
@@ -94,10 +94,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from flax.linen.recurrent import flip_sequences  # noqa: E402
 
-import jax_impl  # noqa: E402
-from shared.converters import from_flax_linen, to_flax_linen  # noqa: E402
-from shared.params import init_params  # noqa: E402
-from shared.spec import RNNSpec  # noqa: E402
+import rnnbench.jax  # noqa: E402
+from rnnbench.converters import from_flax_linen, to_flax_linen  # noqa: E402
+from rnnbench.core.params import init_params  # noqa: E402
+from rnnbench.core.spec import RNNSpec  # noqa: E402
 
 F32 = jnp.float32
 CELL_TYPES = {"LSTMCell": "lstm", "OptimizedLSTMCell": "lstm", "GRUCell": "gru"}
@@ -135,13 +135,13 @@ def linen_tree(spec: RNNSpec, params, cell_type: str, direction: int = 0) -> dic
 
 
 def ours(spec: RNNSpec, params, x, hx=None, *, lengths=None, backend="flax_linen", **options):
-    """jax_impl on `spec`'s layout; returns NumPy (output, h_n, c_n or None)."""
+    """rnnbench.jax on `spec`'s layout; returns NumPy (output, h_n, c_n or None)."""
     if spec.cell == "lstm":
-        out, (h, c) = jax_impl.lstm(params, x, hx, lengths=lengths, bidirectional=spec.bidirectional,
+        out, (h, c) = rnnbench.jax.lstm(params, x, hx, lengths=lengths, bidirectional=spec.bidirectional,
                                     batch_first=spec.batch_first, backend=backend, **options)
         return np.asarray(out), np.asarray(h), np.asarray(c)
     options.pop("cell_type", None)
-    out, h = jax_impl.gru(params, x, hx, lengths=lengths, bidirectional=spec.bidirectional,
+    out, h = rnnbench.jax.gru(params, x, hx, lengths=lengths, bidirectional=spec.bidirectional,
                           batch_first=spec.batch_first, backend=backend, **options)
     return np.asarray(out), np.asarray(h), None
 
@@ -204,13 +204,13 @@ def test_rnn_multiple_batch_dims():
 
     spec = spec_of("LSTMCell", channels_in, channels_out, batch_first=True)
     params = canonical_from_linen(spec, "LSTMCell", [variables["params"]["cell"]])
-    # jax_impl takes PyTorch's 3-D (or unbatched 2-D) x only ...
+    # rnnbench.jax takes PyTorch's 3-D (or unbatched 2-D) x only ...
     with pytest.raises(ValueError, match=r"3-D .*got shape \(10, 11, 40, 5\)"):
         ours(spec, params, xs, cell_type="LSTMCell")
 
     # ... and extra batch dims are a jax.vmap away
     def one(x):
-        out, (h, c) = jax_impl.lstm(params, x, batch_first=True, backend="flax_linen", cell_type="LSTMCell")
+        out, (h, c) = rnnbench.jax.lstm(params, x, batch_first=True, backend="flax_linen", cell_type="LSTMCell")
         return out, h, c
 
     out, h_n, c_n = jax.vmap(one)(xs)
@@ -567,7 +567,7 @@ def test_shared_cell():
 def test_custom_merge_fn():
     ys, (out, _, _), (batch_size, seq_len, channels_out) = _bidirectional_case(merge_fn=lambda x, y: x + y)
     assert ys.shape == (batch_size, seq_len, channels_out)
-    # PyTorch's (and jax_impl's) output is always [forward, backward]; merge it as Flax would
+    # PyTorch's (and rnnbench.jax's) output is always [forward, backward]; merge it as Flax would
     H = channels_out
     np.testing.assert_allclose(out[..., :H] + out[..., H:], ys, rtol=1e-5)
 
@@ -588,7 +588,7 @@ def test_return_carry():
 
 
 def test_initial_carry_order_is_c_h():
-    """linen's LSTM carry is (c, h); jax_impl's hx is PyTorch's (h0, c0) with a leading axis."""
+    """linen's LSTM carry is (c, h); rnnbench.jax's hx is PyTorch's (h0, c0) with a leading axis."""
     batch_size, seq_len, channels_in, channels_out = 3, 4, 5, 6
     spec = spec_of("OptimizedLSTMCell", channels_in, channels_out, batch_first=True)
     params = {k: v.astype(np.float32) for k, v in init_params(spec, 3).items()}
@@ -607,7 +607,7 @@ def test_initial_carry_order_is_c_h():
 
 def test_seq_length_zero():
     """linen takes a length of 0 and returns the carry at index -1 (the last padded step);
-    PyTorch refuses empty sequences, and so does jax_impl."""
+    PyTorch refuses empty sequences, and so does rnnbench.jax."""
     batch_size, seq_len, channels_in, channels_out = 2, 4, 5, 6
     spec = spec_of("GRUCell", channels_in, channels_out, batch_first=True)
     params = {k: v.astype(np.float32) for k, v in init_params(spec, 4).items()}

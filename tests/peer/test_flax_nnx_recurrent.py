@@ -1,5 +1,5 @@
 """Flax NNX's own recurrent tests, adapted to the `flax_nnx` impl and the NNX modules
-`jax_impl.LSTM` / `jax_impl.GRU`.
+`rnnbench.jax.LSTM` / `rnnbench.jax.GRU`.
 
 Upstream: google/flax `tests/nnx/nn/recurrent_test.py`, read at
 google/flax@18f8f311c275d57f46d95e41b15aa97b454754c0 (the file's blob is the same at tag
@@ -12,9 +12,9 @@ How a test is adapted.  Upstream builds NNX cells (`nnx.LSTMCell`, `nnx.GRUCell`
 `nnx.OptimizedLSTMCell`) with the same `nnx.Rngs` seeds used here, runs them step by step
 or under `nnx.RNN`, and checks shapes, dtypes and (for the linen comparisons) values at
 `atol=1e-5`.  Here the cell's parameters are converted to the canonical (PyTorch
-`state_dict`) parameters with `shared.converters.from_flax_nnx` (and back with
+`state_dict`) parameters with `rnnbench.converters.from_flax_nnx` (and back with
 `to_flax_nnx`, which must give the cell's param state back exactly), loaded into a
-`jax_impl.LSTM` / `jax_impl.GRU` module with `load_state_dict`, and the module -- with
+`rnnbench.jax.LSTM` / `rnnbench.jax.GRU` module with `load_state_dict`, and the module -- with
 `impl="flax_nnx"` (Flax's own cells under `nnx.RNN`, the project's claim (a)) and, where
 the test is about module behaviour, the default `impl="scan"` (claim (b)) -- must
 compute what Flax computes, at upstream's `atol=1e-5` (float32 inputs; bfloat16 and
@@ -72,7 +72,7 @@ Added for the NNX-module contract (claim (b)): test_nnx_split_merge_and_state,
 Not adapted:
   TestLSTMCell.test_lstm_with_custom_activations -- gate_fn/activation_fn: the modules are
       PyTorch's LSTM/GRU, sigmoid/tanh fixed; the impl builds cells with NNX's defaults.
-  TestRNN.test_rnn_with_custom_cell -- a user nnx.Module cell under nnx.RNN: jax_impl.RNN
+  TestRNN.test_rnn_with_custom_cell -- a user nnx.Module cell under nnx.RNN: rnnbench.jax.RNN
       takes catalogue cell names, a user cell is registered with register_cell (covered by
       tests/cross/test_own_cell.py; registering one here would change global state).
 """
@@ -90,11 +90,11 @@ import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 from flax.nnx.nn import initializers  # noqa: E402
 
-import jax_impl  # noqa: E402
-from jax_impl.functional import default_device  # noqa: E402
-from shared import precision  # noqa: E402
-from shared.converters import ConversionError, from_flax_linen, from_flax_nnx, to_flax_nnx  # noqa: E402
-from shared.spec import RNNSpec  # noqa: E402
+import rnnbench.jax  # noqa: E402
+from rnnbench.jax.functional import default_device  # noqa: E402
+from rnnbench.core import precision  # noqa: E402
+from rnnbench.converters import ConversionError, from_flax_linen, from_flax_nnx, to_flax_nnx  # noqa: E402
+from rnnbench.core.spec import RNNSpec  # noqa: E402
 
 F32 = jnp.float32
 ATOL = 1e-5  # upstream's tolerance for its value comparisons
@@ -124,9 +124,9 @@ def canonical_from_nnx(spec: RNNSpec, cell_type: str, cells) -> dict:
 
 
 def module(spec: RNNSpec, params, impl: str = "flax_nnx", **options):
-    """A jax_impl.LSTM / GRU with `spec`'s configuration holding `params`."""
+    """A rnnbench.jax.LSTM / GRU with `spec`'s configuration holding `params`."""
     dtype = next(iter(params.values())).dtype
-    cls = jax_impl.LSTM if spec.cell == "lstm" else jax_impl.GRU
+    cls = rnnbench.jax.LSTM if spec.cell == "lstm" else rnnbench.jax.GRU
     model = cls(spec.input_size, spec.hidden_size, batch_first=spec.batch_first, bidirectional=spec.bidirectional,
                 rngs=nnx.Rngs(0), backend=impl, param_dtype=dtype, **options)
     model.load_state_dict(params)
@@ -135,7 +135,7 @@ def module(spec: RNNSpec, params, impl: str = "flax_nnx", **options):
 
 def run(model, x, hx=None, lengths=None):
     """NumPy (output, h_n, c_n or None) of a module."""
-    if isinstance(model, jax_impl.LSTM):
+    if isinstance(model, rnnbench.jax.LSTM):
         out, (h, c) = model(x, hx, lengths=lengths)
         return np.asarray(out), np.asarray(h), np.asarray(c)
     out, h = model(x, hx, lengths=lengths)
@@ -328,7 +328,7 @@ def test_lstm_equivalence_with_flax_linen():
         np.testing.assert_allclose(c_nnx, c_linen, atol=ATOL)
     # and the project's two Flax impls, on the canonical params
     for impl in ("flax_linen", "flax_nnx"):
-        out, (h_n, c_n) = jax_impl.lstm(params, x[None], backend=impl, cell_type="LSTMCell")
+        out, (h_n, c_n) = rnnbench.jax.lstm(params, x[None], backend=impl, cell_type="LSTMCell")
         np.testing.assert_allclose(out[0], y_linen, atol=ATOL)
         assert_state(np.asarray(h_n), np.asarray(c_n), 0, new_carry_linen)
 
@@ -371,7 +371,7 @@ def test_rnn_with_gru_cell():
         assert_state(h_n, None, 0, final)
 
     # PyTorch's GRU has b_hn (inside r * (W_hn h + b_hn)); NNX's cannot hold a non-zero one
-    model = jax_impl.GRU(3, 4, batch_first=True, rngs=nnx.Rngs(0), backend="flax_nnx")
+    model = rnnbench.jax.GRU(3, 4, batch_first=True, rngs=nnx.Rngs(0), backend="flax_nnx")
     assert np.any(model.state_dict()["bias_hh_l0"][8:] != 0)
     with pytest.raises(ConversionError, match=r"b_hn"):
         to_flax_nnx(spec, model.state_dict(), 0, 0, "GRUCell")
@@ -531,7 +531,7 @@ def test_rnn_with_different_dtypes(impl):
     options = {"cell_type": "LSTMCell"} if impl == "flax_nnx" else {}
     if precision.device_reason("float16", default_device()):
         # rnnbench refuses float16 where the device has no float16 arithmetic (docs/precision.md)
-        with pytest.raises(jax_impl.UnsupportedConfigError, match=f"jax.{impl} cannot run float16 on cpu"):
+        with pytest.raises(rnnbench.jax.UnsupportedConfigError, match=f"jax.{impl} cannot run float16 on cpu"):
             module(spec, params, impl, **options)
         return
     model = module(spec, params, impl, **options)
@@ -558,7 +558,7 @@ def test_rnn_with_variable_batch_size():
 
 
 def test_dropout_rng_stream():
-    model = jax_impl.LSTM(32, 64, num_layers=2, dropout=0.2, batch_first=True, rngs=nnx.Rngs(0, dropout=1))
+    model = rnnbench.jax.LSTM(32, 64, num_layers=2, dropout=0.2, batch_first=True, rngs=nnx.Rngs(0, dropout=1))
     x = jnp.ones((8, 10, 32), F32)
     forward = nnx.jit(lambda model, x: model(x)[0])  # the RNG state flows out of nnx.jit too
     assert model.dropout.rngs.count[...] == 0
@@ -578,7 +578,7 @@ def test_dropout_rng_stream():
 
 
 def test_nnx_split_merge_and_state():
-    model = jax_impl.LSTM(3, 4, num_layers=2, bidirectional=True, rngs=nnx.Rngs(0))
+    model = rnnbench.jax.LSTM(3, 4, num_layers=2, bidirectional=True, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(0), (5, 2, 3), F32)
     out, _ = model(x)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -599,7 +599,7 @@ def test_nnx_split_merge_and_state():
 @pytest.mark.parametrize("impl", ["scan", "flax_nnx"])
 def test_nnx_jit_and_grad_with_lengths(impl):
     spec = lstm_spec(batch_first=True, bidirectional=True)
-    model = jax_impl.LSTM(3, 4, batch_first=True, bidirectional=True, rngs=nnx.Rngs(1), backend=impl)
+    model = rnnbench.jax.LSTM(3, 4, batch_first=True, bidirectional=True, rngs=nnx.Rngs(1), backend=impl)
     x = jax.random.normal(jax.random.key(1), (2, 5, 3), F32)
     lengths = jnp.array([5, 3])
 
@@ -613,7 +613,7 @@ def test_nnx_jit_and_grad_with_lengths(impl):
     loss, grads = loss_and_grad(model, x, lengths)
 
     def functional(params):  # the same loss on the canonical params, jax.grad
-        out, (h, c) = jax_impl.lstm(params, x, lengths=lengths, batch_first=True, bidirectional=True, backend=impl)
+        out, (h, c) = rnnbench.jax.lstm(params, x, lengths=lengths, batch_first=True, bidirectional=True, backend=impl)
         return jnp.sum(out ** 2) + jnp.sum(h * c)
 
     want_loss, want = jax.value_and_grad(functional)(model.canonical_params())
@@ -628,7 +628,7 @@ def test_nnx_vmap_ensemble():
     @nnx.split_rngs(splits=3)
     @nnx.vmap(in_axes=(0,), out_axes=0)
     def create(rngs):
-        return jax_impl.GRU(3, 4, rngs=rngs)
+        return rnnbench.jax.GRU(3, 4, rngs=rngs)
 
     ensemble = create(nnx.Rngs(0))
     assert nnx.state(ensemble, nnx.Param)["weight_ih_l0"][...].shape == (3, 12, 3)

@@ -13,7 +13,7 @@ copied, so the expectations are exactly ONNX 1.23.2's:
   the NodeProto, its inputs and ONNX's expected outputs.  (`collect_testcases("LSTM")`
   gives the same cases but imports every operator's cases: 8 s.)
 
-Each case's node is turned into canonical parameters with `shared.converters.onnx.read_onnx`
+Each case's node is turned into canonical parameters with `rnnbench.converters.onnx.read_onnx`
 (cell from op_type / P / linear_before_reset; layout=1 -> a `batch_first=True` spec, which
 the converter accepts since this file found it refusing every layout=1 node), then
 X, initial_h, initial_c, sequence_lens go to every registered implementation that runs on
@@ -64,7 +64,7 @@ float32 NumPy, so they are only float32-accurate: they differ from the float64 r
 run on the same (exactly converted) weights and inputs by 1e-8 to 7e-8, far above the
 float64 bound of the tolerance rule (`test_onnx_expected_outputs_are_float32_accurate`
 measures and asserts that).  Implementations therefore run in the case's dtype, float32,
-and are held to the rule's float32 bound (`shared.tolerances`); measured errors are 0 to
+and are held to the rule's float32 bound (`rnnbench.core.tolerances`); measured errors are 0 to
 2.4e-7.
 
 What these cases cannot catch: every LSTM case (and every GRU case but
@@ -83,10 +83,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from shared import reference, registry
-from shared.converters import ConversionError
-from shared.converters.onnx import read_onnx
-from shared.tolerances import DTYPES, assert_close, bounds, case_sizes
+from rnnbench import reference
+from rnnbench.core import registry
+from rnnbench.converters import ConversionError
+from rnnbench.converters.onnx import read_onnx
+from rnnbench.core.tolerances import DTYPES, assert_close, bounds, case_sizes
 
 onnx = pytest.importorskip("onnx")
 from onnx import helper  # noqa: E402

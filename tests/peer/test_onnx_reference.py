@@ -6,8 +6,8 @@ Upstream (the onnx 1.23.2 wheel, pinned in requirements.txt), imported at run ti
 - `onnx/reference/ops/op_lstm.py` (`CommonLSTM`, `LSTM`) and `onnx/reference/ops/op_gru.py`
   (`CommonGRU`, `GRU`): the NumPy kernels it runs for the two operators (opset 22).
 
-For every shared vector (`shared.vectors`) whose spec ONNX can hold, the canonical
-parameters go through `shared.converters.onnx.to_onnx` (one LSTM/GRU node per layer);
+For every shared vector (`rnnbench.vectors`) whose spec ONNX can hold, the canonical
+parameters go through `rnnbench.converters.onnx.to_onnx` (one LSTM/GRU node per layer);
 each layer is a one-node ONNX model (checked with `onnx.checker.check_model(full_check=True)`),
 run by the reference evaluator in **float64** (the operators accept tensor(double) and the
 kernels compute in X's dtype, so the float64 tolerance 1e-9 applies), the layers stacked in
@@ -51,13 +51,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from shared import reference
-from shared.converters import ConversionError
-from shared.converters.onnx import from_onnx, onnx_attributes, to_onnx
-from shared.tolerances import assert_close, bounds, case_sizes, max_errors
+from rnnbench import reference
+from rnnbench.converters import ConversionError
+from rnnbench.converters.onnx import from_onnx, onnx_attributes, to_onnx
+from rnnbench.core.tolerances import assert_close, bounds, case_sizes, max_errors
 
 onnx = pytest.importorskip("onnx")
-vectors = pytest.importorskip("shared.vectors", reason="shared vectors have not landed in this checkout")
+vectors = pytest.importorskip("rnnbench.vectors", reason="shared vectors have not landed in this checkout")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 

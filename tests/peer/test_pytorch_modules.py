@@ -1,4 +1,4 @@
-"""PyTorch's own ModuleInfo tests of nn.LSTM / nn.GRU, run on every torch_impl backend.
+"""PyTorch's own ModuleInfo tests of nn.LSTM / nn.GRU, run on every rnnbench.torch backend.
 
 Upstream: pytorch/pytorch `test/test_modules.py`, classes `TestModule` and
 `TestModuleCPUOnly`, read at pytorch/pytorch@33263640046f558d38b8e4bc306b1ca6abbf0b1f and,
@@ -16,15 +16,15 @@ they are exactly torch 2.13's.  Comparisons use upstream's own `TestCase.assertE
 `gradcheck` / `gradgradcheck` wrappers of `common_utils` (check_batched_grad=True,
 fast_mode=True, as upstream).  The test logic is re-implemented here in plain pytest.
 
-The module class is substituted by `functools.partial(torch_impl.LSTM, backend=b)` (GRU
-alike) for every b in `torch_impl.BACKENDS`, plus the control `b = "nn"` (plain
+The module class is substituted by `functools.partial(rnnbench.torch.LSTM, backend=b)` (GRU
+alike) for every b in `rnnbench.torch.BACKENDS`, plus the control `b = "nn"` (plain
 torch.nn.LSTM / torch.nn.GRU), which must pass 100%.  Parametrised as upstream's
 `@modules` decorator does: every dtype of the ModuleInfo (float32, float64; float64 only
 for test_grad / test_gradgrad; float32 only for test_to / test_to_empty) and both train and
 eval modes (train only for test_if_train_and_eval_modes_differ).  A failing sample does not
 stop the others: each test runs all its samples and fails listing every failing one.
 
-The only relaxation: backends outside `torch_impl.PROJ_BACKENDS` (naive, cell_loop) do
+The only relaxation: backends outside `rnnbench.torch.PROJ_BACKENDS` (naive, cell_loop) do
 not support proj_size; for each proj_size>0 sample the test EXPECTS construction to raise
 `ProjectionNotSupportedError` (a ValueError naming the backend) instead of running it.  Such
 a sample counts as refused, not as run: a test whose every sample was refused (or that had
@@ -84,11 +84,11 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
 
-import torch_impl
-from torch_impl.backends import ProjectionNotSupportedError
+import rnnbench.torch
+from rnnbench.torch.backends import ProjectionNotSupportedError
 
 FULL = os.environ.get("RNNBENCH_PEER_FULL", "") not in ("", "0")
-COMPILED = torch_impl.backends.COMPILED_BACKENDS  # compile, scan: a compile per configuration
+COMPILED = rnnbench.torch.backends.COMPILED_BACKENDS  # compile, scan: a compile per configuration
 
 
 from pytorch_testing import common_modules, common_utils  # noqa: E402
@@ -143,8 +143,8 @@ def _scan_in_float64_only(request):
 
 def _backend_params():
     yield pytest.param("nn", id="nn")
-    for backend in torch_impl.BACKENDS:
-        reason = torch_impl.unavailable_reason(backend, "cpu")
+    for backend in rnnbench.torch.BACKENDS:
+        reason = rnnbench.torch.unavailable_reason(backend, "cpu")
         marks = [pytest.mark.skip(reason=f"backend {backend} unavailable here: {reason}")] if reason else []
         yield pytest.param(backend, id=backend, marks=marks)
 
@@ -170,7 +170,7 @@ def _modules(allowed_dtypes=None, train_only=False):
 def module_cls(name: str, backend: str):
     if backend == "nn":
         return getattr(torch.nn, name)
-    return functools.partial(getattr(torch_impl, name), backend=backend)
+    return functools.partial(getattr(rnnbench.torch, name), backend=backend)
 
 
 # ---- samples ----------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def describe(module_input) -> str:
 
 
 def unsupported_projection(backend: str, kwargs) -> bool:
-    return backend != "nn" and kwargs.get("proj_size", 0) > 0 and backend not in torch_impl.PROJ_BACKENDS
+    return backend != "nn" and kwargs.get("proj_size", 0) > 0 and backend not in rnnbench.torch.PROJ_BACKENDS
 
 
 def expect_projection_error(cls, backend, args, kwargs, run=None):
@@ -976,7 +976,7 @@ def test_device_ctx_init(name, dtype, training, backend):
 def test_selection_never_lands_only_on_refused_samples(name):
     """Every test kind selects samples the backend runs; gradgrad has biases and no biases in both modes."""
     info = MODULE_INFOS[name]
-    for backend, training in product(["nn", *torch_impl.BACKENDS], (True, False)):
+    for backend, training in product(["nn", *rnnbench.torch.BACKENDS], (True, False)):
         samples = info.module_inputs_func(info, device=DEVICE, dtype=torch.double, requires_grad=False,
                                           training=training)
         for kind in TIERS:

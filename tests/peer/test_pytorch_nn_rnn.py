@@ -1,4 +1,4 @@
-"""PyTorch's nn.LSTM / nn.GRU tests from test/test_nn.py, run on every torch_impl backend.
+"""PyTorch's nn.LSTM / nn.GRU tests from test/test_nn.py, run on every rnnbench.torch backend.
 
 Upstream: pytorch/pytorch `test/test_nn.py` (classes TestNN and TestNNDeviceType, CPU
 instantiation), read at pytorch/pytorch@74f2fa66feec00335f72813782f4802e80bff4cb.  Every
@@ -8,12 +8,12 @@ types and regexes, `TestCase.assertEqual` with upstream's default tolerances or 
 tolerances the test passes, `dtype2prec_DONTUSE`, `torch.allclose` where upstream uses it)
 and the `gradcheck` / `gradgradcheck` wrappers of torch.testing._internal.common_utils.
 Upstream loops over ['RNN', 'GRU', 'LSTM'] are parametrised over GRU and LSTM (nn.RNN has
-no torch_impl counterpart).
+no rnnbench.torch counterpart).
 
-The module class is substituted by torch_impl.LSTM / torch_impl.GRU with `backend=b` for
-every b in torch_impl.BACKENDS, plus the control `b = "nn"` (plain torch.nn.LSTM /
+The module class is substituted by rnnbench.torch.LSTM / rnnbench.torch.GRU with `backend=b` for
+every b in rnnbench.torch.BACKENDS, plus the control `b = "nn"` (plain torch.nn.LSTM /
 torch.nn.GRU), which must pass 100%.  The only relaxation: backends outside
-torch_impl.PROJ_BACKENDS (naive, cell_loop) do not support proj_size; where a test builds an
+rnnbench.torch.PROJ_BACKENDS (naive, cell_loop) do not support proj_size; where a test builds an
 LSTM with proj_size>0 it EXPECTS `ProjectionNotSupportedError` (a ValueError naming the
 backend) at construction and skips only what needed that module.
 
@@ -46,7 +46,7 @@ Not adapted:
   test_pack_sequence_batch_sizes_throw, test_device_mask;
   nn.RNN only: test_RNN_nonlinearity, test_RNN_nonlinearity_passed_as_arg, test_RNN_dropout
   (asserts the exact value 10000 that relu with unit weights gives: no LSTM/GRU analogue);
-  cells (nn.RNNCell / GRUCell / LSTMCell, which torch_impl does not provide): test_RNN_cell,
+  cells (nn.RNNCell / GRUCell / LSTMCell, which rnnbench.torch does not provide): test_RNN_cell,
   test_RNN_cell_forward_zero_hidden_size, test_RNN_cell_no_broadcasting, test_LSTM_cell,
   test_LSTM_cell_forward_input_size, test_LSTM_cell_forward_hidden_size,
   test_lstmcell_backward_only_one_output_grad;
@@ -85,11 +85,11 @@ import pytest
 import torch
 import torch.nn.utils.rnn as rnn_utils
 
-import torch_impl
-from torch_impl.backends import ProjectionNotSupportedError
+import rnnbench.torch
+from rnnbench.torch.backends import ProjectionNotSupportedError
 
 FULL = os.environ.get("RNNBENCH_PEER_FULL", "") not in ("", "0")
-COMPILED = torch_impl.backends.COMPILED_BACKENDS  # compile, scan: a compile per configuration
+COMPILED = rnnbench.torch.backends.COMPILED_BACKENDS  # compile, scan: a compile per configuration
 
 
 from pytorch_testing import common_utils  # noqa: E402
@@ -123,8 +123,8 @@ def _seed():
 
 def _backend_params(skip_scan: bool = False):
     yield pytest.param("nn", id="nn")
-    for backend in torch_impl.BACKENDS:
-        reason = torch_impl.unavailable_reason(backend, "cpu")
+    for backend in rnnbench.torch.BACKENDS:
+        reason = rnnbench.torch.unavailable_reason(backend, "cpu")
         if reason is None and skip_scan and backend == "scan" and not FULL:
             reason = SCAN_SKIP
         marks = [pytest.mark.skip(reason=f"backend {backend}: {reason}")] if reason else []
@@ -142,14 +142,14 @@ MODE = pytest.mark.parametrize("mode", ["GRU", "LSTM"])  # upstream: ['RNN', 'GR
 
 
 def rnn_cls(mode: str, backend: str):
-    """What upstream's getattr(nn, mode) becomes: nn.<mode>, or torch_impl.<mode> on `backend`."""
+    """What upstream's getattr(nn, mode) becomes: nn.<mode>, or rnnbench.torch.<mode> on `backend`."""
     if backend == "nn":
         return getattr(torch.nn, mode)
-    return functools.partial(getattr(torch_impl, mode), backend=backend)
+    return functools.partial(getattr(rnnbench.torch, mode), backend=backend)
 
 
 def projection_unsupported(backend: str, proj_size: int) -> bool:
-    return backend != "nn" and proj_size > 0 and backend not in torch_impl.PROJ_BACKENDS
+    return backend != "nn" and proj_size > 0 and backend not in rnnbench.torch.PROJ_BACKENDS
 
 
 def make(mode, backend, *args, **kwargs):
