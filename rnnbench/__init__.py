@@ -3,7 +3,8 @@ same function and measured side by side.
 
 The layers, bottom up (each imports only those below it; tests/cross/test_layout.py):
 `core` (spec, parameters, the cell catalogue, precision, tolerances, capabilities, registry,
-adapter protocols; no framework), `reference`, `vectors`, `converters` (float64 NumPy reference,
+adapter protocols; no framework) and `kernels` (the fused C++ kernels, built on first use),
+`reference`, `vectors`, `converters` (float64 NumPy reference,
 shared test vectors, weight converters), `torch` and `jax` (the framework packages: inside
 them `import torch` is PyTorch), `parity`, `measure` (the measurement core), `study`, and `cli`.
 

@@ -122,7 +122,9 @@ _ROWS = [
     Implementation("torch.scan", "torch.compile of the whole loop: torch's scan operator, hoisted input GEMM "
                                  "(the program jax.scan hands XLA)", 5),
     Implementation("torch.bptt", "custom autograd.Function, hand-written BPTT, batched weight-grad GEMMs", 6),
-    Implementation("torch.native", "nn.LSTM / nn.GRU (cuDNN on CUDA, oneDNN on CPU)", 7),
+    Implementation("torch.fused", "one C++ kernel (rnnbench.kernels) as a torch.library op: the time loop, the step "
+                                  "GEMM and one pass over the gates per step; hand-written backward", 7),
+    Implementation("torch.native", "nn.LSTM / nn.GRU (cuDNN on CUDA, oneDNN on CPU)", 8),
     # JAX ladder (rnnbench.jax.BACKENDS)
     Implementation("jax.naive", "Python loop over time, cat([x, h]) + one dense per step", 0,
                    not_in_default_study="XLA traces the unrolled Python loop: its first train step at S1/S2 "
@@ -131,7 +133,8 @@ _ROWS = [
     Implementation("jax.flax_linen", "flax.linen.RNN with OptimizedLSTMCell / GRUCell", 2),
     Implementation("jax.scan", "lax.scan, hoisted input projection, fused gates", 3),
     Implementation("jax.bptt", "lax.scan forward + custom_vjp hand-written BPTT, batched weight-grad GEMMs", 4),
-    Implementation("jax.cudnn", "jax.experimental.rnn (cuDNN LSTM)", 5),
+    Implementation("jax.fused", "the same C++ kernel as torch.fused, an XLA FFI custom call in custom_vjp", 5),
+    Implementation("jax.cudnn", "jax.experimental.rnn (cuDNN LSTM)", 6),
 ]
 
 REGISTRY: dict[str, Implementation] = {row.name: row for row in _ROWS}

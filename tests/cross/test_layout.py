@@ -25,7 +25,7 @@ import pytest
 from tests.support import ROOT  # noqa: E402
 # Bottom up; a layer may import its own and the ones before it.  Two packages in one entry share
 # a layer and do not import each other.
-LAYERS = (("core",), ("reference",), ("vectors", "converters"), ("torch", "jax"), ("parity",), ("measure",),
+LAYERS = (("core", "kernels"), ("reference",), ("vectors", "converters"), ("torch", "jax"), ("parity",), ("measure",),
           ("study",), ("cli",))
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 FRAMEWORK_PACKAGES = ("rnnbench.torch", "rnnbench.jax")

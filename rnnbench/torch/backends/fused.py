@@ -1,0 +1,254 @@
+"""`fused`: the recurrence in one C++ kernel (`rnnbench.kernels`), a `torch.library` custom op.
+
+What it changes from `bptt`: the time loop runs in C++, not Python, so a step costs one GEMM
+(`h @ W_hh^T` added onto the step's input projection) and ONE pass over the (B, 4H) gates for
+the nonlinearities and the state update, with no dispatch per step; the backward is the same
+kind of loop (one pass for the gate gradients, one GEMM for `dh`).  Around the kernel, as in
+`bptt`, the framework runs the GEMMs over all steps: the input projection forward, and
+`dx`, `dW_ih`, `dW_hh` and the biases' gradients backward, one GEMM or reduction each.
+
+The ops (`rnnbench::fused_lstm`, `rnnbench::fused_gru`) carry an autograd formula
+(`torch.library.register_autograd`) and a fake kernel, so `torch.compile` traces through them
+as single nodes.  They call the same compiled library as `jax.fused` (its C entry points, through
+ctypes); the difference between the two rungs is what each framework costs around one kernel.
+float32 and float64 on the CPU.  Under create_graph=True (double backward) or batched
+grad_outputs the backward is the same recurrence recorded by autograd (`_recorded`), as in
+`bptt`; under torch.func transforms and for an empty batch the `eager` rung runs instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+from torch import Tensor
+
+from rnnbench import kernels
+from rnnbench.core.capabilities import Capabilities
+
+from . import eager
+from ._common import differentiable_grads, kernel_backward_unusable, under_func_transform
+
+_DTYPES = {torch.float32: "f32", torch.float64: "f64"}
+
+
+def _ptr(t: Tensor | None):
+    return ctypes.c_void_p(None if t is None else t.data_ptr())
+
+
+def _call(name: str, dtype: torch.dtype, *args) -> None:
+    fn = getattr(kernels.library(), f"rnnbench_{name}_{_DTYPES[dtype]}")
+    fn(*(ctypes.c_int64(a) if isinstance(a, int) else _ptr(a) for a in args))
+
+
+def _lengths(lengths: Tensor | None) -> Tensor | None:
+    return None if lengths is None else lengths.to(device="cpu", dtype=torch.int64).contiguous()
+
+
+def _recorded(step, xg, state: tuple, lengths):
+    """The kernel's recurrence recorded by autograd, for gradients autograd must differentiate again
+    (create_graph=True) or batch: `step(x_t, state) -> state` over xg, each row past its length
+    holding its state and giving a zero output.  Returns (out, *state_n)."""
+    outs = []
+    for t, x_t in enumerate(xg.unbind(0)):
+        new = step(x_t, state)
+        if lengths is not None:
+            valid = (t < lengths).unsqueeze(1)
+            new = tuple(torch.where(valid, n, s) for n, s in zip(new, state))
+            outs.append(torch.where(valid, new[0], torch.zeros_like(new[0])))
+        else:
+            outs.append(new[0])
+        state = new
+    return (torch.stack(outs), *state)
+
+
+def _lstm_step(w_hh):
+    def step(x_t, state):
+        h, c = state
+        i, f, g, o = (x_t + h @ w_hh.t()).chunk(4, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+    return step
+
+
+def _gru_step(w_hh, b_hh):
+    def step(x_t, state):
+        (h,) = state
+        x_r, x_z, x_n = x_t.chunk(3, 1)
+        h_r, h_z, h_n = (h @ w_hh.t() + b_hh).chunk(3, 1)
+        r, z = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
+        return ((1 - z) * torch.tanh(x_n + r * h_n) + z * h,)
+    return step
+
+
+# ---- LSTM --------------------------------------------------------------------------------------
+
+@torch.library.custom_op("rnnbench::fused_lstm", mutates_args=(), device_types="cpu")
+def fused_lstm(xg: Tensor, w_hh: Tensor, h0: Tensor, c0: Tensor, lengths: Tensor | None
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The LSTM recurrence over xg (T, B, 4H) = x W_ih^T + b_ih + b_hh: (out, cs, acts, h_n, c_n)."""
+    T, B, G = xg.shape
+    xg, w_hh, h0, c0 = (t.contiguous() for t in (xg, w_hh, h0, c0))
+    out, cs = xg.new_empty(T, B, G // 4), xg.new_empty(T, B, G // 4)
+    acts, h_n, c_n = xg.new_empty(T, B, G), xg.new_empty(B, G // 4), xg.new_empty(B, G // 4)
+    _call("lstm_forward", xg.dtype, T, B, G // 4, xg, w_hh, h0, c0, _lengths(lengths), out, cs, acts, h_n, c_n)
+    return out, cs, acts, h_n, c_n
+
+
+@fused_lstm.register_fake
+def _(xg, w_hh, h0, c0, lengths):
+    T, B, G = xg.shape
+    return (xg.new_empty(T, B, G // 4), xg.new_empty(T, B, G // 4), xg.new_empty(T, B, G), xg.new_empty(B, G // 4),
+            xg.new_empty(B, G // 4))
+
+
+@torch.library.custom_op("rnnbench::fused_lstm_backward", mutates_args=(), device_types="cpu")
+def fused_lstm_backward(w_hh: Tensor, c0: Tensor, lengths: Tensor | None, acts: Tensor, cs: Tensor, dout: Tensor,
+                        dh_n: Tensor, dc_n: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(dgates (T, B, 4H) before the nonlinearities, dh0, dc0)."""
+    T, B, G = acts.shape
+    args = [t.contiguous() for t in (w_hh, c0, acts, cs, dout, dh_n, dc_n)]
+    dgates, dh0, dc0 = acts.new_empty(T, B, G), acts.new_empty(B, G // 4), acts.new_empty(B, G // 4)
+    _call("lstm_backward", acts.dtype, T, B, G // 4, args[0], args[1], _lengths(lengths), *args[2:], dgates, dh0, dc0)
+    return dgates, dh0, dc0
+
+
+@fused_lstm_backward.register_fake
+def _(w_hh, c0, lengths, acts, cs, dout, dh_n, dc_n):
+    T, B, G = acts.shape
+    return acts.new_empty(T, B, G), acts.new_empty(B, G // 4), acts.new_empty(B, G // 4)
+
+
+def _lstm_setup(ctx, inputs, output):
+    xg, w_hh, h0, c0, lengths = inputs
+    out, cs, acts, _, _ = output
+    ctx.save_for_backward(xg, w_hh, h0, c0, lengths, out, cs, acts)
+
+
+def _lstm_backward(ctx, dout, dcs, dacts, dh_n, dc_n):
+    xg, w_hh, h0, c0, lengths, out, cs, acts = ctx.saved_tensors
+    if kernel_backward_unusable((dout, dh_n, dc_n)):
+        recompute = lambda xg, w_hh, h0, c0: _recorded(_lstm_step(w_hh), xg, (h0, c0), lengths)  # noqa: E731
+        return (*differentiable_grads(recompute, (xg, w_hh, h0, c0), ctx.needs_input_grad[:4], (dout, dh_n, dc_n)),
+                None)
+    zeros = torch.zeros_like(h0)
+    dgates, dh0, dc0 = fused_lstm_backward(w_hh, c0, lengths, acts, cs, _or_zeros(dout, out), _or(dh_n, zeros),
+                                           _or(dc_n, zeros))
+    return dgates, _weight_grad(dgates, h0, out), dh0, dc0, None
+
+
+fused_lstm.register_autograd(_lstm_backward, setup_context=_lstm_setup)
+
+
+# ---- GRU ---------------------------------------------------------------------------------------
+
+@torch.library.custom_op("rnnbench::fused_gru", mutates_args=(), device_types="cpu")
+def fused_gru(xg: Tensor, w_hh: Tensor, b_hh: Tensor, h0: Tensor, lengths: Tensor | None
+              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The GRU recurrence over xg (T, B, 3H) = x W_ih^T + b_ih: (out, acts, ghn, h_n)."""
+    T, B, G = xg.shape
+    xg, w_hh, b_hh, h0 = (t.contiguous() for t in (xg, w_hh, b_hh, h0))
+    out, acts, ghn, h_n = xg.new_empty(T, B, G // 3), xg.new_empty(T, B, G), xg.new_empty(T, B, G // 3), \
+        xg.new_empty(B, G // 3)
+    _call("gru_forward", xg.dtype, T, B, G // 3, xg, w_hh, b_hh, h0, _lengths(lengths), out, acts, ghn, h_n)
+    return out, acts, ghn, h_n
+
+
+@fused_gru.register_fake
+def _(xg, w_hh, b_hh, h0, lengths):
+    T, B, G = xg.shape
+    return xg.new_empty(T, B, G // 3), xg.new_empty(T, B, G), xg.new_empty(T, B, G // 3), xg.new_empty(B, G // 3)
+
+
+@torch.library.custom_op("rnnbench::fused_gru_backward", mutates_args=(), device_types="cpu")
+def fused_gru_backward(w_hh: Tensor, h0: Tensor, lengths: Tensor | None, acts: Tensor, ghn: Tensor, out: Tensor,
+                       dout: Tensor, dh_n: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(dgates_i, dgates_h (T, B, 3H): the gradients of x W_ih^T + b_ih and of h W_hh^T + b_hh, dh0)."""
+    T, B, G = acts.shape
+    args = [t.contiguous() for t in (w_hh, h0, acts, ghn, out, dout, dh_n)]
+    dgates_i, dgates_h, dh0 = acts.new_empty(T, B, G), acts.new_empty(T, B, G), acts.new_empty(B, G // 3)
+    _call("gru_backward", acts.dtype, T, B, G // 3, args[0], args[1], _lengths(lengths), *args[2:], dgates_i,
+          dgates_h, dh0)
+    return dgates_i, dgates_h, dh0
+
+
+@fused_gru_backward.register_fake
+def _(w_hh, h0, lengths, acts, ghn, out, dout, dh_n):
+    T, B, G = acts.shape
+    return acts.new_empty(T, B, G), acts.new_empty(T, B, G), acts.new_empty(B, G // 3)
+
+
+def _gru_setup(ctx, inputs, output):
+    xg, w_hh, b_hh, h0, lengths = inputs
+    out, acts, ghn, _ = output
+    ctx.save_for_backward(xg, w_hh, b_hh, h0, lengths, out, acts, ghn)
+
+
+def _gru_backward(ctx, dout, dacts, dghn, dh_n):
+    xg, w_hh, b_hh, h0, lengths, out, acts, ghn = ctx.saved_tensors
+    if kernel_backward_unusable((dout, dh_n)):
+        recompute = lambda xg, w_hh, b_hh, h0: _recorded(_gru_step(w_hh, b_hh), xg, (h0,), lengths)  # noqa: E731
+        return (*differentiable_grads(recompute, (xg, w_hh, b_hh, h0), ctx.needs_input_grad[:4], (dout, dh_n)), None)
+    dgates_i, dgates_h, dh0 = fused_gru_backward(w_hh, h0, lengths, acts, ghn, out, _or_zeros(dout, out),
+                                                 _or(dh_n, torch.zeros_like(h0)))
+    return dgates_i, _weight_grad(dgates_h, h0, out), dgates_h.sum((0, 1)), dh0, None
+
+
+fused_gru.register_autograd(_gru_backward, setup_context=_gru_setup)
+
+
+# ---- the rung ----------------------------------------------------------------------------------
+
+def _or(t, default):
+    return default if t is None else t
+
+
+def _or_zeros(t, like):
+    return torch.zeros_like(like) if t is None else t
+
+
+def _weight_grad(dgates: Tensor, h0: Tensor, out: Tensor) -> Tensor:
+    """dW_hh = sum_t dG_t^T h_{t-1}: ONE GEMM over all T*B rows (a padded step's dG is zero)."""
+    h_prev = torch.cat([h0.unsqueeze(0), out[:-1]])
+    return dgates.flatten(0, 1).t() @ h_prev.flatten(0, 1)
+
+
+def _projection(x, w_ih, b):
+    """x W_ih^T + b for all steps: ONE GEMM over T*B rows (recorded by autograd: dx, dW_ih, db)."""
+    xg = x.flatten(0, 1) @ w_ih.t()
+    return (xg if b is None else xg + b).unflatten(0, x.shape[:2])
+
+
+def _lstm(x, state, p, lengths):
+    h0, c0 = state
+    bias = None if p.b_ih is None else p.b_ih + p.b_hh
+    out, _, _, h_n, c_n = fused_lstm(_projection(x, p.w_ih, bias), p.w_hh, h0, c0, lengths)
+    return out, (h_n, c_n)
+
+
+def _gru(x, state, p, lengths):
+    (h0,) = state
+    b_hh = p.b_hh if p.b_hh is not None else x.new_zeros(p.w_hh.shape[0])
+    out, _, _, h_n = fused_gru(_projection(x, p.w_ih, p.b_ih), p.w_hh, b_hh, h0, lengths)
+    return out, (h_n,)
+
+
+DIRECTIONS = {"lstm": _lstm, "gru": _gru}
+CAPABILITIES = Capabilities(
+    cells=tuple(DIRECTIONS), dtypes=("float64", "float32"), devices=("cpu",),
+    why_not={"cell": "the C++ kernel has the LSTM and GRU recurrences only",
+             "dtype": "the C++ kernel computes float32 and float64 (no bfloat16 or float16 arithmetic in it)",
+             "device": "the C++ kernel runs on the CPU",
+             "proj_size": "the C++ kernel has no output projection"})
+
+
+def unavailable_reason(device: str) -> str | None:
+    """Why the kernel cannot be built or loaded here (no compiler, no BLAS), or None."""
+    return kernels.unavailable_reason()
+
+
+def run_direction(cell, p, x, state, lengths):
+    if x.shape[1] == 0 or under_func_transform():
+        return eager.run_direction(cell, p, x, state, lengths)
+    return DIRECTIONS[cell.name](x, state, p, lengths)
+
