@@ -8,8 +8,13 @@ PY := $(VENV)/bin/python
 # The venv is stale when any dependency file changes: the stamp's name is their hash.
 DEPS := requirements.txt constraints.txt pyproject.toml
 STAMP := $(VENV)/.stamp-$(shell cat $(DEPS) | sha256sum | cut -c1-16)
-PYTEST_ARGS ?=
+# both cores (pytest-xdist): `make test` answers in about half the time of one process
+PYTEST_ARGS ?= -n auto
 RUN_ARGS ?=
+# PyTorch's own CPU wheel index, for a machine whose pip would take the CUDA build of torch==2.13.0
+# (several GB): make run TORCH_INDEX=https://download.pytorch.org/whl/cpu.  Empty: pip's own choice.
+TORCH_INDEX ?=
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements.txt)
 ASV := $(VENV)/bin/asv
 RANGE ?= HEAD~5..HEAD
 BENCH_ARGS ?=
@@ -25,6 +30,7 @@ $(STAMP): $(DEPS)
 	@if [ ! -x $(PY) ] || ! $(PY) -c 'import sys' 2>/dev/null; then rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); fi
 	rm -f $(VENV)/.stamp-*
 	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
 	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(PY) -c 'import torch; assert torch.__version__.startswith("2.13.0"), torch.__version__'
@@ -32,6 +38,7 @@ $(STAMP): $(DEPS)
 
 run: venv
 	$(PY) -m rnnbench.cli compare $(RUN_ARGS)
+	@echo "rnnbench is $(VENV)/bin/rnnbench (or: source $(VENV)/bin/activate): rnnbench list, rnnbench compare --help"
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)

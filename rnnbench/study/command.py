@@ -21,9 +21,22 @@ FIRST_CALL_WORKLOADS = "T100,T1000"  # the T sweep's sizes (B=16, I=H=128): only
 # comes from the spread between processes, which more pairs in one process do not narrow, and on
 # two cores a fourth process per measurement rarely met the +-3% target while it cost a quarter of
 # the run (docs/study.md).
-PROFILES = {"answer": dict(workloads=DEFAULT_WORKLOADS, sweeps="none", first_call="none", budget=1.0, max_processes=3),
+# Each value is what an option left out means under that profile; "auto" is computed from the run
+# (`resolve_profile`); the --help text of each option is written from this table.
+PROFILES = {"answer": dict(workloads=DEFAULT_WORKLOADS, sweeps="none", first_call="none", budget=1.0, max_processes=3,
+                           precisions="none", custom_cells="none", one_thread="none"),
             "full": dict(workloads="S1,S2,R1", sweeps="small", first_call=FIRST_CALL_WORKLOADS, budget=2.0,
-                         max_processes=5)}
+                         max_processes=5, precisions=",".join(precision.REDUCED), custom_cells="auto",
+                         one_thread="auto")}
+AUTO = {"custom_cells": "every catalogue cell but lstm and gru (and those --cell-modules register) unless --cells "
+                        "is given",
+        "one_thread": "the batch-1 workloads among --workloads (S2) when --threads > 1"}
+
+
+def profile_default(name: str) -> str:
+    """How --help states an option's default: per profile, from `PROFILES`."""
+    return "; ".join(f"{profile} profile: {AUTO.get(name, '') if values[name] == 'auto' else values[name]}"
+                     for profile, values in PROFILES.items())
 REPORTS = Path("reports")
 
 
@@ -134,8 +147,8 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
                    help="the precision of the main measurements (default float32; rnnbench.core.precision)")
     p.add_argument("--precisions", type=_precision_list, default=None,
                    help="comma-separated precisions measured besides --dtype on the first workload, for the "
-                        "report's precision table (compare's default: " + ",".join(precision.REDUCED) +
-                        "; 'none' for none; a device without the arithmetic skips them with the reason)")
+                        f"report's precision table (default: {profile_default('precisions')}; 'none' for none; a "
+                        "device without the arithmetic skips them with the reason)")
     p.add_argument("--repeats", type=_positive_int, default=10,
                    help="timed calls per phase (default 10; fewer past --budget, more under --min-time)")
     p.add_argument("--min-time", type=float, default=0.25,
@@ -143,12 +156,13 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
                         "(at most 1000 calls, worker.MAX_TIMED_CALLS; default 0.25)")
     p.add_argument("--budget", type=float, default=None,
                    help="seconds per timed phase after which timing stops (after at least 3 calls or 5 pairs; "
-                        "default 1, 2 with --profile full)")
+                        f"default: {profile_default('budget')})")
     p.add_argument("--processes", type=_positive_int, default=3,
                    help="fresh processes per measurement, the unit of the ratio's interval (default 3)")
     p.add_argument("--max-processes", type=_positive_int, default=None,
                    help="more processes, up to this many, for a measurement whose interval is still wider than "
-                        "--target (default 3, 5 with --profile full; equal to --processes for a fixed count)")
+                        f"--target (default: {profile_default('max_processes')}; equal to --processes for a fixed "
+                        "count)")
     p.add_argument("--start-method", choices=("forkserver", "spawn"), default="forkserver",
                    help="how a measurement's fresh process starts: forked from a server that has imported torch "
                         "(and jax) once, or a new interpreter that imports them itself (default forkserver; "
@@ -165,6 +179,8 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue --out (default: the latest report), "
                    "skipping what is recorded")
     p.add_argument("--retry-failed", action="store_true", help="with --resume, measure failed rows again")
+    p.add_argument("--retry-flagged", action="store_true",
+                   help="with --resume, measure again the rows the report flags under Sanity (noise, impossible figures)")
     p.add_argument("--no-parity", dest="parity", action="store_false", help="skip the parity column")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.add_argument("--cell-modules", type=_module_list, default=None, metavar="MODULES",
@@ -190,29 +206,29 @@ def register(subparsers) -> None:
                         "your own with --cell-modules)")
     p.add_argument("--custom-cells", type=_custom_cell_list, default=None,
                    help="cells measured forward+backward only, on --custom-workloads, against the plain cells "
-                        "(the report's custom-cells table); default: every cell of the catalogue but lstm and gru "
-                        "(with those --cell-modules register) when --cells is not given, else none; 'none' for none")
+                        f"(the report's custom-cells table; default: {profile_default('custom_cells')}; 'none' for "
+                        "none)")
     p.add_argument("--custom-workloads", type=_workloads, default=None,
                    help="workloads of --custom-cells (default: the first of --workloads, S1)")
     p.add_argument("--workloads", type=_workloads, default=None,
-                   help=f"workload or profile names (quick, cpu, gpu, S1, S2, S3, ...; default {DEFAULT_WORKLOADS}, "
-                        "gpu profile with --device cuda); your own model as a spec, e.g. "
+                   help=f"workload or profile names (quick, cpu, gpu, S1, S2, S3, ...; default: "
+                        f"{profile_default('workloads')}; gpu with --device cuda); your own model as a spec, e.g. "
                         f"\"{SPEC_EXAMPLE}\" (fields T, B, I, H, layers, bidirectional, lengths, name), "
                         "or @FILE with one spec or names a line; separate names and specs with ';'")
     p.add_argument("--sweeps", choices=SWEEP_LEVELS, default=None,
-                   help="T and B sweeps for the plots (LSTM, --sweep-impls only): none (profile answer), small "
-                        "(profile full), full")
+                   help=f"T and B sweeps for the plots (LSTM, --sweep-impls only; default: "
+                        f"{profile_default('sweeps')})")
     p.add_argument("--sweep-impls", type=_impls, default=None,
                    help="implementations in the sweeps (default torch.bptt,torch.native,jax.scan)")
     p.add_argument("--first-call", type=_optional_workloads, default=None, metavar="WORKLOADS",
                    help="workloads of the first-call group: the first forward and forward+backward (trace + "
                         "compile) of torch.compile, torch.scan, jax.scan, jax.bptt (LSTM), cold and warm compile "
-                        f"cache; default {FIRST_CALL_WORKLOADS} (profile full: T=100 and T=1000, the same B, I, H), "
-                        "none (profile answer)")
+                        f"cache (default: {profile_default('first_call')}; T100, T1000: T=100 and T=1000, the "
+                        "same B, I, H)")
     p.add_argument("--one-thread", type=_optional_workloads, default=None, metavar="WORKLOADS",
                    help="workloads measured forward again on 1 thread, with their GEMM roof, for the report's "
-                        "threads section (LSTM, torch.native,torch.bptt,jax.scan,jax.bptt); default: the "
-                        "batch-1 workloads among --workloads (S2) when --threads > 1; 'none' for none")
+                        "threads section (LSTM, torch.native,torch.bptt,jax.scan,jax.bptt; default: "
+                        f"{profile_default('one_thread')}; 'none' for none)")
     p.add_argument("--cluster", default=None, metavar="ADDRESS",
                    help="run the measurements as tasks on a Ray cluster (host:port of its head, or auto): each node "
                         "advertises measurement slots (ray start --resources '{\"rnnbench_slot\": 1}'; one per GPU on "
@@ -259,7 +275,7 @@ def _config(args, out: Path, **overrides):
               max_processes=max(args.processes, _or_profile(args.max_processes, "max_processes")),
               target_half_width=args.target, start_method=args.start_method,
               max_memory_gb=args.max_memory_gb,
-              parity=args.parity, resume=args.resume, retry_failed=args.retry_failed,
+              parity=args.parity, resume=args.resume, retry_failed=args.retry_failed, retry_flagged=args.retry_flagged,
               argv=sys.argv[1:] if sys.argv and sys.argv[0].endswith(("rnnbench", "cli.py", "__main__.py")) else None)
     kw.update(overrides)
     kw.setdefault("sweep_impls", DEFAULT_SWEEP_IMPLS)
@@ -296,6 +312,32 @@ def _run_or_explain(config, progress: bool):
         signal.signal(signal.SIGTERM, previous)
 
 
+def resolve_profile(args) -> tuple[list[str], list[str], list]:
+    """Fill every option left out (None) with its profile's value (`PROFILES`, "auto" computed here);
+    return (cells, custom cells, workloads)."""
+    values = PROFILES[args.profile]
+    workloads = args.workloads or resolve("gpu" if args.device == "cuda" else values["workloads"])
+    custom = args.custom_cells
+    if custom is None and values["custom_cells"] != "auto":
+        custom = _custom_cell_list(values["custom_cells"])
+    cells, custom = select_cells(args.cells, custom)
+    if args.sweeps is None:
+        args.sweeps = values["sweeps"]
+    args.budget = _or_profile(args.budget, "budget", args.profile)
+    args.max_processes = _or_profile(args.max_processes, "max_processes", args.profile)
+    if args.precisions is None:
+        args.precisions = _precision_list(values["precisions"])
+    if args.one_thread is None:
+        args.one_thread = ([w for w in workloads if w.batch == 1] if args.threads > 1 else []) \
+            if values["one_thread"] == "auto" else _optional_workloads(values["one_thread"])
+    if args.first_call is None:
+        args.first_call = _optional_workloads(values["first_call"])
+    if args.impls is None:  # full: the measured options of the compiled rungs too
+        args.impls = registry.default_study_names(args.profile) + (
+            list(registry.MEASURED_OPTIONS) if args.profile == "full" else [])
+    return cells, custom, workloads
+
+
 def cmd_compare(args) -> int:
     from .merge import machine_groups
     from .report import write_report
@@ -304,30 +346,12 @@ def cmd_compare(args) -> int:
     from .table import collect, custom_cell_rows, custom_rich, precision_rich, precision_rows, rich_table, table_rows
 
     _load_cell_modules(args)
-    profile = PROFILES[args.profile]
-    full = args.profile == "full"
-    cells, custom = select_cells(args.cells, args.custom_cells if args.custom_cells is not None or full else [])
-    workloads = args.workloads or resolve("gpu" if args.device == "cuda" else profile["workloads"])
-    if args.sweeps is None:
-        args.sweeps = profile["sweeps"]
-    args.budget = _or_profile(args.budget, "budget", args.profile)
-    args.max_processes = _or_profile(args.max_processes, "max_processes", args.profile)
-    if args.precisions is None and not full:
-        args.precisions = []
-    if args.one_thread is None and not full:
-        args.one_thread = []
-    if args.first_call is None:
-        args.first_call = _optional_workloads(profile["first_call"])
-    if args.impls is None:  # full: the measured options of the compiled rungs too
-        args.impls = registry.default_study_names(args.profile) + (list(registry.MEASURED_OPTIONS) if full else [])
+    cells, custom, workloads = resolve_profile(args)
     out = _out_dir(args)
     config = _config(args, out, cells=cells, workloads=workloads, sweeps=args.sweeps, cluster=args.cluster,
                      sweep_impls=tuple(args.sweep_impls or DEFAULT_SWEEP_IMPLS), custom_cells=custom,
-                     custom_workloads=args.custom_workloads or workloads[:1],
-                     precisions=list(precision.REDUCED) if args.precisions is None else args.precisions,
-                     one_thread_workloads=([w for w in workloads if w.batch == 1] if args.threads > 1 else [])
-                     if args.one_thread is None else args.one_thread,
-                     first_call_workloads=args.first_call)
+                     custom_workloads=args.custom_workloads or workloads[:1], precisions=args.precisions,
+                     one_thread_workloads=args.one_thread, first_call_workloads=args.first_call)
     results = _run_or_explain(config, args.progress)
     if results is None:
         return 130

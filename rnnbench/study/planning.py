@@ -68,6 +68,7 @@ class StudyConfig:
     first_call_workloads: list[Workload] = field(default_factory=list)
     resume: bool = False
     retry_failed: bool = False
+    retry_flagged: bool = False  # with resume: measure again the rows flagged under Sanity
     roof: bool = True
     argv: list[str] | None = None
     # A Ray cluster's address (or "auto"): measurements run as tasks there (rnnbench.study.cluster);

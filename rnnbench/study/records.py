@@ -98,15 +98,16 @@ def open_results(config) -> tuple[Path, list[dict]]:
     return results, previous
 
 
-def is_done(record: dict, config) -> bool:
+def is_done(record: dict, config, flagged: frozenset = frozenset()) -> bool:
     """Whether a recorded key needs no measuring again: a final status, unless --retry-failed
     and it failed, or it failed because its node was lost (the cluster runner: nothing to do
-    with the rung, so --resume measures it again)."""
+    with the rung, so --resume measures it again), or --retry-flagged and its row is one of
+    `flagged` (the base keys of the rows the report flags under Sanity: `table.flagged_keys`)."""
     if not record.get("key") or record.get("status") not in FINAL_STATUSES:
         return False
     if record.get("status") == "failed" and (config.retry_failed or record.get("node_lost")):
         return False
-    return True
+    return not (getattr(config, "retry_flagged", False) and base_key(record["key"]) in flagged)
 
 
 def meta_record(config, run_id: str, resumed: bool) -> dict:

@@ -18,6 +18,7 @@ from pathlib import Path
 from rnnbench.measure.forkserver import ForkServers
 from rnnbench.measure.isolated import run_worker
 from .planning import StudyConfig, plan, probe_items, roof_job, roof_pairs, roof_timeout, study_names
+from .table import flagged_keys
 from .records import (
     append_record, base_key, is_done, item_roof_key, measurement_record, meta_record, now, open_results,
     process_key, read_records, roof_records)
@@ -95,7 +96,8 @@ def run_local_study(config: StudyConfig, *, progress: bool = True, log=print) ->
 
     out = Path(config.out)
     results, previous = open_results(config)
-    done = {r["key"] for r in previous if is_done(r, config)}
+    flagged = flagged_keys(previous) if config.retry_flagged else frozenset()
+    done = {r["key"] for r in previous if is_done(r, config, flagged)}
     run_id = uuid.uuid4().hex[:8]
     names = study_names(config)
     append_record(results, dict(meta_record(config, run_id, bool(previous)),

@@ -751,3 +751,64 @@ def test_protocol_line_says_how_many_processes_each_measurement_ran_in():
     forked = protocol(dict(processes=3, max_processes=3, budget_s=1.0, timeout=240.0, start_method="forkserver"))
     assert "in 3 fresh processes per measurement (each forked from a server" in forked
 
+
+
+def test_an_answer_where_no_row_competes_says_why_and_what_to_do():
+    from rnnbench.study.report.context import answer_section
+    from rnnbench.study.table import flagged_keys
+
+    wl = workloads.resolve("quick")[0].to_dict()
+    meta = dict(kind="meta", run_id="r", threads=2, device="cpu", machine={"cpu": "AMD EPYC"})
+    common = dict(kind="measurement", run_id="r", group="main", cell="lstm", device="cpu", dtype="float32",
+                  status="ok", workload=wl, workload_name="quick", first_train_s=1.0, first_forward_s=0.5)
+    recs = [meta, dict(common, key="torch.native|lstm|quick|cpu|float32", impl="torch.native", framework="torch",
+                       forward_s=0.1, train_s=0.3, forward_iqr_s=0.09, train_iqr_s=0.0),
+            dict(common, key="torch.bptt|lstm|quick|cpu|float32", impl="torch.bptt", framework="torch",
+                 forward_s=0.5, train_s=0.3, forward_iqr_s=0.0, train_iqr_s=0.0)]
+    text = "\n".join(answer_section(collect(recs)))
+    assert "No row competes: every measured row is flagged under Sanity" in text and "--retry-flagged" in text
+    assert flagged_keys(recs) == {"torch.native|lstm|quick|cpu|float32", "torch.bptt|lstm|quick|cpu|float32"}
+    nothing = "\n".join(answer_section(collect([meta])))
+    assert "No measurement of this run completed" in nothing
+
+
+def test_retry_flagged_measures_again_only_the_flagged_rows(tmp_path):
+    from rnnbench.study.records import is_done
+    from rnnbench.study.table import flagged_keys
+
+    wl = workloads.resolve("quick")[0].to_dict()
+    common = dict(kind="measurement", run_id="r", group="main", cell="lstm", device="cpu", dtype="float32",
+                  status="ok", workload=wl, workload_name="quick", forward_iqr_s=0.0, train_iqr_s=0.0)
+    recs = [dict(kind="meta", run_id="r", machine={}),
+            dict(common, key="torch.native|lstm|quick|cpu|float32", impl="torch.native", forward_s=0.1, train_s=0.3),
+            dict(common, key="torch.bptt|lstm|quick|cpu|float32#p1", impl="torch.bptt", forward_s=0.5, train_s=0.3)]
+    flagged = flagged_keys(recs)
+    assert flagged == {"torch.bptt|lstm|quick|cpu|float32"}  # its forward is slower than its forward+backward
+    retry = StudyConfig(out=tmp_path, resume=True, retry_flagged=True)
+    keep = StudyConfig(out=tmp_path, resume=True)
+    assert [is_done(r, retry, flagged) for r in recs[1:]] == [True, False]
+    assert [is_done(r, keep, flagged) for r in recs[1:]] == [True, True]
+
+
+def test_help_states_the_defaults_each_profile_resolves_to():
+    """Every profile-dependent default in `rnnbench compare --help` is what that profile runs."""
+    from rnnbench.cli import build_parser
+    from rnnbench.study.command import PROFILES, profile_default, resolve_profile
+
+    parser = build_parser()
+    compare = next(a for a in parser._subparsers._group_actions).choices["compare"]
+    text = " ".join(compare.format_help().split())
+    for name in ("precisions", "custom_cells", "one_thread", "budget", "max_processes", "sweeps", "first_call",
+                 "workloads"):
+        assert " ".join(profile_default(name).split()) in text, name
+    for profile, values in PROFILES.items():
+        args = parser.parse_args(["compare", "--profile", profile])
+        cells, custom, workloads = resolve_profile(args)
+        assert ",".join(args.precisions) == ("" if values["precisions"] == "none" else values["precisions"])
+        assert (args.budget, args.max_processes, args.sweeps) == (values["budget"], values["max_processes"],
+                                                                  values["sweeps"])
+        assert ",".join(w.name for w in workloads) == values["workloads"] and cells == list(STANDARD_CELLS)
+        assert (custom == []) == (values["custom_cells"] == "none")
+        assert (args.one_thread == []) == (values["one_thread"] == "none")
+        assert ",".join(w.name for w in args.first_call) == ("" if values["first_call"] == "none"
+                                                             else values["first_call"])

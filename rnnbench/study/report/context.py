@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rnnbench.measure.timing import MAX_TIMED_CALLS
 from rnnbench.measure.workloads import Workload
 from ..machine import others_cpu
-from ..table import Results
+from ..table import Results, table_rows
 from .sections import what_to_use_section
 
 
@@ -77,7 +79,21 @@ def answer_section(res: Results) -> list[str]:
              ""]
     if verdict:
         lines += [verdict + ".", ""]
-    return lines + what_to_use_section(res)[2:]
+    choice = what_to_use_section(res)[2:]
+    return lines + (choice or why_no_answer(res))
+
+
+def why_no_answer(res: Results) -> list[str]:
+    """What "The answer" says when no row competes: why, with the commonest reason, and what to do."""
+    rows = [r for r in table_rows(res) if r.get("status") == "ok"]
+    if not rows:
+        return ["No measurement of this run completed (see Skipped and Failed below), so there is nothing to "
+                "compare: fix what they name and run again with --resume.", ""]
+    reasons = Counter(" ".join(flag.split()[:2]) for r in rows for flag in r.get("flags") or [])
+    common = reasons.most_common(1)[0][0] if reasons else "no ratio to nn.LSTM / nn.GRU"
+    return [f"No row competes: every measured row is flagged under Sanity (the commonest reason: {common}), so "
+            "this run names no fastest rung. Measure those rows again on a quiet machine: `rnnbench compare --out "
+            "SAME_FOLDER --resume --retry-flagged`.", ""]
 
 
 def answer_markdown(res: Results) -> str:

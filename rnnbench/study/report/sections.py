@@ -153,7 +153,8 @@ def sanity_section(rows: list[dict]) -> list[str]:
         return []
     return (["## Sanity", "",
              "These rows (⚠) are not results as they stand: re-measure them on a quiet machine "
-             "(`rnnbench compare --resume --retry-failed` re-runs failures; delete a row's record to re-run it).", ""]
+             "(`rnnbench compare --out SAME_FOLDER --resume --retry-flagged` measures these rows again, "
+             "`--retry-failed` the failed ones).", ""]
             + [f"- {r['impl']} {r['cell']} {r['workload']} {r['dtype']}: {r['flags']}" for r in flagged] + [""])
 
 

@@ -27,4 +27,4 @@ from .reduced_precision import PRECISION_COLUMNS, precision_markdown, precision_
 from .results import Results, collect, pool_processes
 from .rows import (
     NATIVE, NOISY_IQR, UNSTABLE_BASELINE, parity_note, parity_of, parity_ok_of, parity_ratio_of, plain_family,
-    sanity_flags, table_rows)
+    flagged_keys, sanity_flags, table_rows)

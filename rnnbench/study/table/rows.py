@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from rnnbench.core.catalogue import family_of as plain_family  # the plain cell a catalogue cell is compared with
 from rnnbench.measure.roof import roof_framework
-from .results import Results
+from ..records import measurement_key
+from .results import Results, collect
 
 NATIVE = "torch.native"
 
@@ -144,3 +145,10 @@ def to_ms(s):
 
 def to_mib(b):
     return None if b is None else b / 2**20
+
+
+def flagged_keys(records: list[dict]) -> frozenset:
+    """The base keys of the measurements whose rows are flagged under Sanity (noise, a forward slower
+    than its forward+backward, an impossible roof fraction): what --retry-flagged measures again."""
+    return frozenset(measurement_key(r["impl"], r["cell"], r["workload"], r["device"], r["dtype"])
+                     for r in table_rows(collect(records)) if r.get("flags"))
