@@ -9,7 +9,8 @@ tool or experiment, the asv results (`asv/results`), or a GPU check's folder (`g
 keeps its `results.jsonl` only: `rnnbench report FOLDER` writes its report and plots again.  What made it comes from the
 record itself (a run's `meta` line, a JSON file's `command`/`script`/`argv`); what it backs is every
 figure marker (`<!--fig study@PATH:...-->`, `json:PATH:...`) and link in README.md and docs/*.md that
-names its path.  Every file under docs/records/ belongs to a record, and every record backs something:
+names its path (the notes a record keeps beside itself, `README.md` files under docs/records/,
+included).  Every other file under docs/records/ belongs to a record, and every record backs something:
 tests/tools/test_records_index.py checks both.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -97,11 +99,13 @@ def stray_files(recs: list[Record], root: Path = ROOT) -> list[str]:
     """Files under docs/records/ that belong to no record (the index itself aside)."""
     owned = [root / r.path for r in recs]
     return sorted(p.relative_to(root).as_posix() for p in (root / RECORDS).rglob("*") if p.is_file()
-                  and p.relative_to(root).as_posix() != INDEX and not any(o == p or o in p.parents for o in owned))
+                  and p.name != "README.md" and not any(o == p or o in p.parents for o in owned))
 
 
 def pages(root: Path = ROOT) -> list[Path]:
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    """README.md, docs/*.md and the notes beside the records (docs/records/**/README.md)."""
+    notes = sorted(p for p in (root / RECORDS).rglob("README.md") if p != root / INDEX)
+    return [root / "README.md", *sorted((root / "docs").glob("*.md")), *notes]
 
 
 def attach_references(recs: list[Record], root: Path = ROOT) -> None:
@@ -124,8 +128,8 @@ def render(recs: list[Record]) -> str:
              "", "| record | made by | machine | date | backs |", "|---|---|---|---|---|"]
     for r in recs:
         rel = r.path.removeprefix(RECORDS + "/")
-        backs = ", ".join(f"[{p.removeprefix('docs/')}]({'../../' + p if p == 'README.md' else '../' + p.removeprefix('docs/')})"
-                          f" ({n})" for p, n in sorted(r.backs.items()))
+        backs = ", ".join(f"[{p.removeprefix('docs/')}]({os.path.relpath(p, RECORDS)}) ({n})"
+                          for p, n in sorted(r.backs.items()))
         made = f"`{r.made_by}`" if r.made_by else ""
         lines.append(f"| [{rel}]({rel}) | {made} | {r.machine} | {r.date} | {backs or 'nothing'} |")
     return "\n".join(lines) + "\n"

@@ -15,8 +15,10 @@ FENCE = re.compile(r"^```[^\n]*\n.*?^```[^\n]*$", re.DOTALL | re.MULTILINE)
 
 
 def pages(root: Path = ROOT) -> list[Path]:
-    """The pages whose figures are rendered and checked: README.md and docs/*.md."""
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    """The pages whose figures are rendered and checked: README.md, docs/*.md, and the notes a
+    record keeps beside itself (docs/records/**/README.md; not the generated index)."""
+    notes = sorted(p for p in (root / "docs" / "records").rglob("README.md") if p.parent != root / "docs" / "records")
+    return [root / "README.md", *sorted((root / "docs").glob("*.md")), *notes]
 
 
 # ---- rendering ---------------------------------------------------------------------------
