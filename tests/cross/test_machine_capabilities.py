@@ -67,6 +67,19 @@ def test_native_probe_agrees_with_nn_rnn_itself(cell, dtype):
         assert raised.split(". ")[0] in reason
 
 
+def test_the_probe_answers_the_same_whatever_the_callers_grad_and_autocast_modes():
+    """Asked first under no_grad, inference_mode or autocast (a module's first forward), the answer is
+    the machine's, not the caller's mode's."""
+    torch = pytest.importorskip("torch")
+    from rnnbench.torch.backends.native import machine_reason
+
+    want = machine_reason("lstm", "float32", "cpu")
+    for mode in (torch.no_grad, torch.inference_mode, lambda: torch.autocast("cpu", torch.bfloat16)):
+        machine_reason.__wrapped__.cache_clear()
+        with mode():
+            assert machine_reason("lstm", "float32", "cpu") == want is None
+
+
 _CAPPED = r"""
 import json, torch
 from rnnbench.core import registry

@@ -63,11 +63,17 @@ def machine_reason(cell: str, dtype: str, device: str) -> str | None:
     """
     if device == "cuda" and not torch.cuda.is_available():
         return None  # `unavailable_reason` answers for a device that is not here
+    # whatever the caller's modes are (a module's first forward may run under no_grad, inference_mode
+    # or autocast), the question is asked in its own
+    with torch.inference_mode(False), torch.enable_grad(), torch.autocast(device, enabled=False):
+        return _ask(cell, dtype, device)
+
+
+def _ask(cell: str, dtype: str, device: str) -> str | None:
     module = getattr(nn, KERNELS[cell][1])(4, 4).to(device=device, dtype=storage_dtype(dtype))
     x = torch.ones(2, 1, 4, device=device, dtype=storage_dtype(dtype))
     try:
-        with torch.enable_grad(), torch.autocast(device, enabled=False), compute_context(dtype, device), \
-                _kernel_context(KERNELS[cell][0], x):
+        with compute_context(dtype, device), _kernel_context(KERNELS[cell][0], x):
             out, _ = module(x)
         out.float().sum().backward()
     except RuntimeError as e:
