@@ -8,8 +8,8 @@ PY := $(VENV)/bin/python
 # The venv is stale when any dependency file changes: the stamp's name is their hash.
 DEPS := requirements.txt constraints.txt pyproject.toml
 STAMP := $(VENV)/.stamp-$(shell cat $(DEPS) | sha256sum | cut -c1-16)
-# both cores (pytest-xdist): `make test` answers in about half the time of one process
-PYTEST_ARGS ?= -n auto
+# both cores (pytest-xdist), a test file per worker (its module fixtures built once)
+PYTEST_ARGS ?= -n auto --dist loadfile
 RUN_ARGS ?=
 # PyTorch's own CPU wheel index, for a machine whose pip would take the CUDA build of torch==2.13.0
 # (several GB): make run TORCH_INDEX=https://download.pytorch.org/whl/cpu.  Empty: pip's own choice.
@@ -143,7 +143,7 @@ gpu-check: venv
 	bash tools/gpu_check.sh
 
 # Every measured figure of README.md and docs/*.md is rendered from committed records
-# (docs/study/results.jsonl, JSON files): <!--fig KEY-->TEXT<!--/fig--> inline, or
+# (docs/records/full-2026-12-03/results.jsonl, JSON files): <!--fig KEY-->TEXT<!--/fig--> inline, or
 # <!--begin KEY--> ... <!--end KEY--> for a table (key grammar: tools/docs_figures/__init__.py).
 # To add one, write the marker with any TEXT and run `make docs`: it rewrites every figure from
 # the records in place. `make docs-check` changes nothing and fails on a figure that disagrees with

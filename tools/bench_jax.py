@@ -137,7 +137,7 @@ def worker(args) -> dict:
 
 def measure(framework, impl, workload, mode, *, unroll=1, remat=False, threads=2, budget=2.0, cell="lstm",
             xla="default") -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", framework, impl, workload, mode,
+    cmd = [sys.executable, "-m", "tools.bench_jax", "--worker", framework, impl, workload, mode,
            "--unroll", str(unroll), "--threads", str(threads), "--budget", str(budget),
            "--cell", cell] + (["--remat"] if remat else [])
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), RNNBENCH_XLA=xla)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+from pathlib import Path
 import sys
 
 
@@ -53,11 +54,11 @@ def main(argv=None) -> int:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     rc = 0
     for impl in [s for s in args.impls.split(",") if s]:
-        cmd = [sys.executable, os.path.abspath(__file__), "--one", "--impls", impl, "--cell", args.cell,
+        cmd = [sys.executable, "-m", "tools.profile_jax", "--one", "--impls", impl, "--cell", args.cell,
                "--workload", args.workload, "--mode", args.mode, "--unroll", str(args.unroll),
                "--threads", str(args.threads), "--calls", str(args.calls), "--top", str(args.top)]
         cmd += ["--remat"] if args.remat else []
-        rc |= subprocess.run(cmd, env=env, check=False).returncode
+        rc |= subprocess.run(cmd, env=env, check=False, cwd=Path(__file__).resolve().parents[1]).returncode
         print()
     return rc
 

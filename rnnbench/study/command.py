@@ -282,10 +282,12 @@ def _config(args, out: Path, **overrides):
     return StudyConfig(**kw)
 
 
-def _console():
+def _console(table: bool = True):
+    """Rich's console: wide enough for a whole table (a row is never cut: a narrow terminal wraps
+    it instead), or the terminal's width for text."""
     from rich.console import Console
 
-    return Console(width=max(Console().width, 160))
+    return Console(width=max(Console().width, 400)) if table else Console()
 
 
 def _run_or_explain(config, progress: bool):
@@ -392,7 +394,7 @@ def _print_answers(groups) -> None:
     from .report import answer_markdown
     from .table import collect
 
-    console = _console()
+    console = _console(table=False)
     results = {cls: collect(g.records) for cls, g in groups.items()}
     if len(groups) <= 1:
         for res in results.values():

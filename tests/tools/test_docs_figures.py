@@ -7,7 +7,7 @@
     a bound or target written `<= 1.1x` / `>= 80%` is a definition, not a measurement;
 (c) a planted wrong figure, a planted unmarked figure and a key without a record are each caught.
 
-docs/study/report.md is not checked here: `rnnbench.study.report.write_report` writes it with the time of
+docs/records/*/report.md is not checked here: `rnnbench.study.report.write_report` writes it with the time of
 writing and this machine's reduced-precision features (`isa_summary()`), and draws the plots beside it,
 so a re-rendering is neither deterministic nor cheap; its figures are the study's own output, and the
 pages quote them through `study:` keys, which read the same records through the same table code.
@@ -109,7 +109,7 @@ def test_a_ratio_renders_with_its_interval_when_it_has_one():
 
 
 def _planted_root(tmp_path: Path, page: str, records: list[dict] | None = None) -> Path:
-    (tmp_path / "docs" / "study").mkdir(parents=True)
+    (tmp_path / df.STUDY_RECORDS).parent.mkdir(parents=True)
     if records is None:
         shutil.copy(ROOT / df.STUDY_RECORDS, tmp_path / df.STUDY_RECORDS)
     else:
@@ -185,7 +185,7 @@ def test_another_runs_records_render_through_study_at(tmp_path):
 
 def test_json_figures(tmp_path):
     root = _planted_root(tmp_path, "")
-    (root / "docs" / "records").mkdir()
+    (root / "docs" / "records").mkdir(exist_ok=True)
     (root / "docs" / "records" / "r.json").write_text(json.dumps({"a": {"b": [0.5, 1.234]}, "t": 2.5}))
     r = df.Renderer(root)
     assert r.render("json:docs/records/r.json:a.b.1:x") == "1.23x"
@@ -222,3 +222,51 @@ def test_a_marker_shown_in_code_is_not_a_figure(renderer):
     page = ("Write `<!--fig KEY-->TEXT<!--/fig-->` or `<!--begin KEY-->`.\n\n```markdown\n"
             "<!--fig study:nothing-->1<!--/fig-->\n```\n")
     assert df.render_page(page, renderer) == (page, [])
+
+
+def _readme_study_records(pattern) -> set[str]:
+    """The results files of README.md's study figures (inline: df.FIG; tables: df.BLOCK)."""
+    paths = set()
+    for m in pattern.finditer((ROOT / "README.md").read_text()):
+        key = m["key"]
+        if key.startswith("study:"):
+            paths.add(df.STUDY_RECORDS)
+        elif key.startswith("study@"):
+            path = key.split(":")[0].partition("@")[2]
+            paths.add(path if path.endswith(".jsonl") else f"{path.rstrip('/')}/results.jsonl")
+    return paths
+
+
+def _protocol_problem(meta: dict, *, make_run: bool) -> str | None:
+    """Why a run's records are not of today's protocol (or, `make_run`, not make run's answer profile)."""
+    argv = meta.get("argv") or []
+    profile = argv[argv.index("--profile") + 1] if "--profile" in argv else "answer"
+    if not meta.get("processes"):
+        return "made before the paired protocol (no processes per measurement)"
+    if make_run and (profile != "answer" or any(a in argv for a in ("--impls", "--workloads", "--cells", "--threads"))):
+        return f"not make run's answer profile ({' '.join(argv)})"
+    return None
+
+
+def _meta(path: str) -> dict:
+    return json.loads((ROOT / path).read_text().splitlines()[0])
+
+
+def test_the_readme_answers_from_one_current_make_run_record():
+    """The README's table comes from one `make run` of today's protocol, and every study figure it
+    quotes from a run of today's protocol."""
+    tables = _readme_study_records(df.BLOCK)
+    assert len(tables) == 1, f"the README's tables come from several runs: {sorted(tables)}"
+    (table,) = tables
+    assert _protocol_problem(_meta(table), make_run=True) is None, f"{table}: {_protocol_problem(_meta(table), make_run=True)}"
+    for path in sorted(_readme_study_records(df.FIG)):
+        assert _protocol_problem(_meta(path), make_run=False) is None, f"{path}: {_protocol_problem(_meta(path), make_run=False)}"
+
+
+def test_the_protocol_check_can_fail():
+    assert _protocol_problem({"argv": ["compare"], "repeats": 10}, make_run=False) == \
+        "made before the paired protocol (no processes per measurement)"
+    assert "not make run's answer profile" in _protocol_problem({"argv": ["compare", "--profile", "full"],
+                                                                 "processes": 3}, make_run=True)
+    assert _protocol_problem({"argv": ["compare", "--profile", "full"], "processes": 3}, make_run=False) is None
+    assert _protocol_problem({"argv": ["compare", "--out", "x", "--no-progress"], "processes": 3}, make_run=True) is None

@@ -30,6 +30,6 @@ def test_torch_index_installs_torch_from_that_index_first_and_nothing_else_from_
 
 
 def test_make_test_uses_both_cores_and_make_run_says_where_rnnbench_is():
-    assert "pytest -n auto" in _dry_run("test")
+    assert "pytest -n auto --dist loadfile" in _dry_run("test")
     run = _dry_run("run")
     assert "rnnbench.cli compare" in run and ".venv/bin/rnnbench" in run

@@ -188,3 +188,19 @@ def test_reproducibility_can_rederive_a_run_from_its_first_processes_only(tmp_pa
     first3 = repro.ratios(run, processes=3)["torch.bptt gru S2 train"]
     every = repro.ratios(run)["torch.bptt gru S2 train"]
     assert first3["ratio"] == pytest.approx(1.0) and every["ratio"] == pytest.approx(2 ** 0.4)
+
+
+@pytest.mark.parametrize("argv", [
+    ["tools.profile_torch", "time", "--backends", "fused", "--rounds", "1", "--threads", "1"],
+    ["tools.profile_jax", "--impls", "scan", "--workload", "S2", "--mode", "forward", "--calls", "1", "--threads", "1"],
+])
+def test_the_profilers_run_and_print_their_table(argv):
+    """make profile-torch and make profile-jax (which times through tools.bench_jax), small."""
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    proc = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "|" in proc.stdout and ("native" in proc.stdout or "scan" in proc.stdout), proc.stdout

@@ -20,7 +20,7 @@ left out; ROOF is `machine` (every GEMM library of both frameworks, the default)
 `own` (the rung's own framework's; `fraction` only) or one library (`mm`, `onednn`, `chain_torch`,
 `chain_xla`: `rnnbench.measure.roof.ROOF_LIBS`; `xla` is XLA's roof, its dot and chained loop together);
 SHAPE is `step` or `input` (one GEMM shape).
-`study:` keys read the committed study records, `docs/study/results.jsonl`, through the study's own
+`study:` keys read the committed study records, `docs/records/full-2026-12-03/results.jsonl`, through the study's own
 table code (`rnnbench.study.table`):
 
     study:ratio/IMPL/CELL/WORKLOAD/PHASE[/DTYPE]    time over float32 torch.native of the cell's

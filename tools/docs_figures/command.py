@@ -53,7 +53,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "docs", help="render every figure of README.md and docs/*.md from the committed records",
         description="Rewrite every <!--fig KEY-->...<!--/fig--> and <!--begin KEY-->...<!--end KEY--> of "
-                    "README.md and docs/*.md from the committed records (docs/study/results.jsonl, JSON "
+                    "README.md and docs/*.md from the committed records (docs/records/full-2026-12-03/results.jsonl, JSON "
                     "files); --check changes nothing and exits 1 listing every figure that disagrees, has "
                     "no record, or is written by hand.  Key grammar: tools/docs_figures/__init__.py.",
         formatter_class=argparse.RawDescriptionHelpFormatter)

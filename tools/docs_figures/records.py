@@ -10,7 +10,7 @@ from pathlib import Path
 from rnnbench.study.formatting import format_ratio, ratio_interval
 
 ROOT = Path(__file__).resolve().parents[2]
-STUDY_RECORDS = "docs/study/results.jsonl"
+STUDY_RECORDS = "docs/records/full-2026-12-03/results.jsonl"
 PHASES = {"forward": "fwd", "train": "fwd+bwd"}
 ROOFS = ("machine", "torch", "xla", "own")
 

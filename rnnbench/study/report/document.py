@@ -119,7 +119,8 @@ def machine_report(records: list[dict], out: Path, *, command: str | None = None
         if not lrows:
             continue
         lines += [f"## The {cell.upper()} ladder ({workload})", "",
-                  "Each rung's fwd+bwd time and the speedup it buys over the rung below it (same framework).", "",
+                  "Each rung's fwd+bwd time and the speedup it buys over the rung below it (same framework): "
+                  "the ratio of the two rungs' fwd+bwd ×native figures, so it agrees with that column.", "",
                   ladder_markdown(lrows), ""]
         if figures.get(f"ladder_{cell}.png"):
             lines += [f"![{cell} ladder](ladder_{cell}.png)", ""]

@@ -10,8 +10,10 @@ from .rows import ratio_or_none, table_rows
 def ladder(res: Results, cell: str, workload: str | None = None) -> tuple[str | None, list[dict]]:
     """Each framework's rungs on one workload, slowest idea first, with what each rung buys.
 
-    "speedup" is the previous rung's fwd+bwd time over this rung's (same framework);
-    "x native" is this rung's time over torch.native's.  Returns (workload, rows).
+    "speedup" is what this rung buys over the previous one of its framework: the previous rung's
+    "x native" over this rung's when both have one (the paired ratios of the run, so the two columns
+    never disagree), else the previous rung's median time over this rung's; "x native" is this
+    rung's time over torch.native's.  Returns (workload, rows).
     """
     rows = [r for r in table_rows(res) if r["cell"] == cell and r["group"] == "main" and r["status"] != "skipped"]
     if workload is None:
@@ -24,13 +26,19 @@ def ladder(res: Results, cell: str, workload: str | None = None) -> tuple[str | 
         if prev is not None and prev["framework"] != r["framework"]:
             prev = None
         measured = r["train_ms"] is not None
-        out.append(dict(r, speedup_train=(prev["train_ms"] / r["train_ms"]) if prev and measured else None,
-                        speedup_forward=ratio_or_none(prev["forward_ms"], r["forward_ms"]) if prev and measured else None))
+        out.append(dict(r, speedup_train=_buys(prev, r, "train") if prev and measured else None,
+                        speedup_forward=_buys(prev, r, "forward") if prev and measured else None))
         if measured:
             prev = r
     if not any(r["train_ms"] is not None for r in out):
         return workload, []
     return workload, out
+
+
+def _buys(prev: dict, r: dict, phase: str) -> float | None:
+    """What rung `r` buys over `prev` in `phase`: from their ratios to native where both have one."""
+    a, b = prev.get(f"{phase}_x_native"), r.get(f"{phase}_x_native")
+    return a / b if a and b else ratio_or_none(prev[f"{phase}_ms"], r[f"{phase}_ms"])
 
 
 LADDER_COLUMNS = [("rung", "rung", "str"), ("impl", "impl", "str"), ("fwd ms", "forward_ms", "ms"),
