@@ -124,12 +124,7 @@ def _gru(p: LayerParams, x, state, lengths):
 
 
 DIRECTIONS = {"lstm": _lstm, "gru": _gru}
-CAPABILITIES = Capabilities(
-    cells=tuple(DIRECTIONS), dtypes=("float64", "float32"), devices=("cpu",),
-    why_not={"cell": "the C++ kernel has the LSTM and GRU recurrences only",
-             "dtype": "the C++ kernel computes float32 and float64 (no bfloat16 or float16 arithmetic in it)",
-             "device": "the C++ kernel runs on the CPU",
-             "proj_size": "the C++ kernel has no output projection"})
+CAPABILITIES = Capabilities(**kernels.DECLARATION)
 
 
 def unavailable_reason(device: str | None) -> str | None:
