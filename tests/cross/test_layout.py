@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
+import os
 import pkgutil
 import re
 import subprocess
@@ -183,11 +185,55 @@ def test_the_framework_packages_are_mirrored(package):
     assert {_relative(package, m) for m in _modules(package)} == MIRRORED | OWN[package] | _rungs(package)
 
 
-@pytest.mark.parametrize("name", _modules() + ["tools.docs_figures"])
-def test_every_module_imports_on_its_own(name):
-    proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT)
+# Each module imported first, in a process of its own: a child forked from one interpreter that
+# has imported the third-party libraries only (no rnnbench module), so the ~150 imports share
+# torch's and JAX's import time instead of paying it each.
+_IMPORT_EACH = r"""
+import json, os, sys, traceback
+import numpy, torch, jax, jax.numpy, flax, optax  # noqa: F401  (third-party only)
+assert not [m for m in sys.modules if m.split(".")[0] in ("rnnbench", "tools")]
+result = {}
+for name in sys.argv[1:]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            __import__(name)
+            code, message = 0, ""
+        except BaseException:
+            code, message = 1, traceback.format_exc()
+        os.write(write, message.encode())
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        message = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    result[name] = message or ("" if status == 0 else f"the child ended with wait status {status}")
+print(json.dumps(result))
+"""
+IMPORTED_ALONE = _modules() + ["tools.docs_figures"]
+
+
+@pytest.fixture(scope="module")
+def imported_alone():
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_EACH, *IMPORTED_ALONE], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", IMPORTED_ALONE)
+def test_every_module_imports_on_its_own(imported_alone, name):
+    assert imported_alone[name] == ""
+
+
+def test_a_module_that_cannot_import_on_its_own_is_reported(tmp_path):
+    (tmp_path / "broken_alone.py").write_text("import rnnbench.core\nrnnbench.core.no_such_name\n")
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_EACH, "broken_alone", "rnnbench.core"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"})
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "no_such_name" in got["broken_alone"] and got["rnnbench.core"] == ""
 
 
 @pytest.mark.parametrize("package", FRAMEWORK_PACKAGES)
