@@ -134,7 +134,9 @@ _ROWS = [
     Implementation("jax.scan", "lax.scan, hoisted input projection, fused gates", 3),
     Implementation("jax.bptt", "lax.scan forward + custom_vjp hand-written BPTT, batched weight-grad GEMMs", 4),
     Implementation("jax.fused", "the same C++ kernel as torch.fused, an XLA FFI custom call in custom_vjp", 5),
-    Implementation("jax.cudnn", "jax.experimental.rnn (cuDNN LSTM)", 6),
+    Implementation("jax.pallas", "fused Pallas kernels (Triton on CUDA) per step in lax.scan, hand-written "
+                                 "backward in custom_vjp", 6),
+    Implementation("jax.cudnn", "jax.experimental.rnn (cuDNN LSTM)", 7),
 ]
 
 REGISTRY: dict[str, Implementation] = {row.name: row for row in _ROWS}

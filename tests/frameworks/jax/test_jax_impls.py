@@ -30,7 +30,7 @@ from rnnbench.core.params import init_params  # noqa: E402
 from rnnbench.core.spec import RNNSpec  # noqa: E402
 from rnnbench.core.tolerances import assert_close  # noqa: E402
 
-CPU_IMPLS = [name for name in rnnbench.jax.BACKENDS if name != "cudnn"]
+CPU_IMPLS = [name for name in rnnbench.jax.BACKENDS if name not in ("cudnn", "pallas")]  # pallas: test_jax_pallas.py
 
 
 def make_case(spec: RNNSpec, *, T=4, B=3, seed=0, lengths=False, state=False):
