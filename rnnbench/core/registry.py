@@ -124,7 +124,9 @@ _ROWS = [
     Implementation("torch.bptt", "custom autograd.Function, hand-written BPTT, batched weight-grad GEMMs", 6),
     Implementation("torch.fused", "one C++ kernel (rnnbench.kernels) as a torch.library op: the time loop, the step "
                                   "GEMM and one pass over the gates per step; hand-written backward", 7),
-    Implementation("torch.native", "nn.LSTM / nn.GRU (cuDNN on CUDA, oneDNN on CPU)", 8),
+    Implementation("torch.triton", "fused Triton kernels (CUDA): one launch per step for the step GEMM and the "
+                                   "gates, hand-written backward; tested on the CPU in Triton's interpreter", 8),
+    Implementation("torch.native", "nn.LSTM / nn.GRU (cuDNN on CUDA, oneDNN on CPU)", 9),
     # JAX ladder (rnnbench.jax.BACKENDS)
     Implementation("jax.naive", "Python loop over time, cat([x, h]) + one dense per step", 0,
                    not_in_default_study="XLA traces the unrolled Python loop: its first train step at S1/S2 "

@@ -172,3 +172,61 @@ def in_autocast_dtype(run, cell, p, x, state, lengths):
     p = type(p)(*(({k: cast(v) for k, v in f.items()} if isinstance(f, dict) else cast(f)) for f in p))
     with torch.autocast(device_type, enabled=False):
         return run(cell, p, cast(x), tuple(cast(s) for s in state), lengths)
+
+
+# ---- the fused rungs' (fused, triton) framework side: GEMMs over all steps around a kernel's time
+# loop, and the same recurrence recorded by autograd for what the kernels' backward cannot serve
+
+def input_projection(x, w_ih, b):
+    """x W_ih^T + b for all steps: ONE GEMM over T*B rows (recorded by autograd: dx, dW_ih, db)."""
+    xg = x.flatten(0, 1) @ w_ih.t()
+    return (xg if b is None else xg + b).unflatten(0, x.shape[:2])
+
+
+def recurrent_weight_grad(dgates: Tensor, h0: Tensor, hs: Tensor) -> Tensor:
+    """dW_hh = sum_t dG_t^T h_{t-1}: ONE GEMM over all T*B rows (a padded step's dG is zero)."""
+    h_prev = torch.cat([h0.unsqueeze(0), hs[:-1]])
+    return dgates.flatten(0, 1).t() @ h_prev.flatten(0, 1)
+
+
+def recorded_recurrence(step, xg, state: tuple, lengths):
+    """A kernel's recurrence recorded by autograd, for gradients autograd must differentiate again
+    (create_graph=True) or batch: `step(x_t, state) -> state` over xg, each row past its length
+    holding its state and giving a zero output.  Returns (out, *state_n)."""
+    outs = []
+    for t, x_t in enumerate(xg.unbind(0)):
+        new = step(x_t, state)
+        if lengths is not None:
+            valid = (t < lengths).unsqueeze(1)
+            new = tuple(torch.where(valid, n, s) for n, s in zip(new, state))
+            outs.append(torch.where(valid, new[0], torch.zeros_like(new[0])))
+        else:
+            outs.append(new[0])
+        state = new
+    return (torch.stack(outs), *state)
+
+
+def lstm_recurrent_step(w_hh):
+    """The LSTM step on a projected input x_t (biases in it): `step(x_t, (h, c)) -> (h', c')`."""
+    def step(x_t, state):
+        h, c = state
+        i, f, g, o = (x_t + h @ w_hh.t()).chunk(4, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+    return step
+
+
+def gru_recurrent_step(w_hh, b_hh):
+    """The GRU step (reset-after) on a projected input x_t (b_ih in it): `step(x_t, (h,)) -> (h',)`."""
+    def step(x_t, state):
+        (h,) = state
+        x_r, x_z, x_n = x_t.chunk(3, 1)
+        h_r, h_z, h_n = (h @ w_hh.t() + b_hh).chunk(3, 1)
+        r, z = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
+        return ((1 - z) * torch.tanh(x_n + r * h_n) + z * h,)
+    return step
+
+
+def or_zeros(t: Tensor | None, like: Tensor) -> Tensor:
+    """An undefined incoming gradient (None) as the zeros it stands for."""
+    return torch.zeros_like(like) if t is None else t
