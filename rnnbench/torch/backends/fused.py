@@ -12,7 +12,7 @@ The ops (`rnnbench::fused_lstm`, `rnnbench::fused_gru`) carry an autograd formul
 as single nodes.  They call the same compiled library as `jax.fused` (its C entry points, through
 ctypes); the difference between the two rungs is what each framework costs around one kernel.
 float32 and float64 on the CPU.  Under create_graph=True (double backward) or batched
-grad_outputs the backward is the same recurrence recorded by autograd (`_recorded`), as in
+grad_outputs the backward is the same recurrence recorded by autograd (`recorded_recurrence`), as in
 `bptt`; under torch.func transforms and for an empty batch the `eager` rung runs instead.
 """
 
@@ -27,7 +27,8 @@ from rnnbench import kernels
 from rnnbench.core.capabilities import Capabilities
 
 from . import eager
-from ._common import differentiable_grads, kernel_backward_unusable, under_func_transform
+from ._common import (differentiable_grads, gru_recurrent_step, input_projection, kernel_backward_unusable,
+                      lstm_recurrent_step, or_zeros, recorded_recurrence, recurrent_weight_grad, under_func_transform)
 
 _DTYPES = {torch.float32: "f32", torch.float64: "f64"}
 
@@ -42,43 +43,7 @@ def _call(name: str, dtype: torch.dtype, *args) -> None:
 
 
 def _lengths(lengths: Tensor | None) -> Tensor | None:
-    return None if lengths is None else lengths.to(device="cpu", dtype=torch.int64).contiguous()
-
-
-def _recorded(step, xg, state: tuple, lengths):
-    """The kernel's recurrence recorded by autograd, for gradients autograd must differentiate again
-    (create_graph=True) or batch: `step(x_t, state) -> state` over xg, each row past its length
-    holding its state and giving a zero output.  Returns (out, *state_n)."""
-    outs = []
-    for t, x_t in enumerate(xg.unbind(0)):
-        new = step(x_t, state)
-        if lengths is not None:
-            valid = (t < lengths).unsqueeze(1)
-            new = tuple(torch.where(valid, n, s) for n, s in zip(new, state))
-            outs.append(torch.where(valid, new[0], torch.zeros_like(new[0])))
-        else:
-            outs.append(new[0])
-        state = new
-    return (torch.stack(outs), *state)
-
-
-def _lstm_step(w_hh):
-    def step(x_t, state):
-        h, c = state
-        i, f, g, o = (x_t + h @ w_hh.t()).chunk(4, 1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        return torch.sigmoid(o) * torch.tanh(c), c
-    return step
-
-
-def _gru_step(w_hh, b_hh):
-    def step(x_t, state):
-        (h,) = state
-        x_r, x_z, x_n = x_t.chunk(3, 1)
-        h_r, h_z, h_n = (h @ w_hh.t() + b_hh).chunk(3, 1)
-        r, z = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
-        return ((1 - z) * torch.tanh(x_n + r * h_n) + z * h,)
-    return step
+    return None if lengths is None else lengths.to(dtype=torch.int64).contiguous()
 
 
 # ---- LSTM --------------------------------------------------------------------------------------
@@ -128,13 +93,14 @@ def _lstm_setup(ctx, inputs, output):
 def _lstm_backward(ctx, dout, dcs, dacts, dh_n, dc_n):
     xg, w_hh, h0, c0, lengths, out, cs, acts = ctx.saved_tensors
     if kernel_backward_unusable((dout, dh_n, dc_n)):
-        recompute = lambda xg, w_hh, h0, c0: _recorded(_lstm_step(w_hh), xg, (h0, c0), lengths)  # noqa: E731
+        def recompute(xg, w_hh, h0, c0):
+            return recorded_recurrence(lstm_recurrent_step(w_hh), xg, (h0, c0), lengths)
         return (*differentiable_grads(recompute, (xg, w_hh, h0, c0), ctx.needs_input_grad[:4], (dout, dh_n, dc_n)),
                 None)
     zeros = torch.zeros_like(h0)
-    dgates, dh0, dc0 = fused_lstm_backward(w_hh, c0, lengths, acts, cs, _or_zeros(dout, out), _or(dh_n, zeros),
+    dgates, dh0, dc0 = fused_lstm_backward(w_hh, c0, lengths, acts, cs, or_zeros(dout, out), _or(dh_n, zeros),
                                            _or(dc_n, zeros))
-    return dgates, _weight_grad(dgates, h0, out), dh0, dc0, None
+    return dgates, recurrent_weight_grad(dgates, h0, out), dh0, dc0, None
 
 
 fused_lstm.register_autograd(_lstm_backward, setup_context=_lstm_setup)
@@ -187,11 +153,12 @@ def _gru_setup(ctx, inputs, output):
 def _gru_backward(ctx, dout, dacts, dghn, dh_n):
     xg, w_hh, b_hh, h0, lengths, out, acts, ghn = ctx.saved_tensors
     if kernel_backward_unusable((dout, dh_n)):
-        recompute = lambda xg, w_hh, b_hh, h0: _recorded(_gru_step(w_hh, b_hh), xg, (h0,), lengths)  # noqa: E731
+        def recompute(xg, w_hh, b_hh, h0):
+            return recorded_recurrence(gru_recurrent_step(w_hh, b_hh), xg, (h0,), lengths)
         return (*differentiable_grads(recompute, (xg, w_hh, b_hh, h0), ctx.needs_input_grad[:4], (dout, dh_n)), None)
-    dgates_i, dgates_h, dh0 = fused_gru_backward(w_hh, h0, lengths, acts, ghn, out, _or_zeros(dout, out),
+    dgates_i, dgates_h, dh0 = fused_gru_backward(w_hh, h0, lengths, acts, ghn, out, or_zeros(dout, out),
                                                  _or(dh_n, torch.zeros_like(h0)))
-    return dgates_i, _weight_grad(dgates_h, h0, out), dgates_h.sum((0, 1)), dh0, None
+    return dgates_i, recurrent_weight_grad(dgates_h, h0, out), dgates_h.sum((0, 1)), dh0, None
 
 
 fused_gru.register_autograd(_gru_backward, setup_context=_gru_setup)
@@ -203,38 +170,22 @@ def _or(t, default):
     return default if t is None else t
 
 
-def _or_zeros(t, like):
-    return torch.zeros_like(like) if t is None else t
-
-
-def _weight_grad(dgates: Tensor, h0: Tensor, out: Tensor) -> Tensor:
-    """dW_hh = sum_t dG_t^T h_{t-1}: ONE GEMM over all T*B rows (a padded step's dG is zero)."""
-    h_prev = torch.cat([h0.unsqueeze(0), out[:-1]])
-    return dgates.flatten(0, 1).t() @ h_prev.flatten(0, 1)
-
-
-def _projection(x, w_ih, b):
-    """x W_ih^T + b for all steps: ONE GEMM over T*B rows (recorded by autograd: dx, dW_ih, db)."""
-    xg = x.flatten(0, 1) @ w_ih.t()
-    return (xg if b is None else xg + b).unflatten(0, x.shape[:2])
-
-
 def _lstm(x, state, p, lengths):
     h0, c0 = state
     bias = None if p.b_ih is None else p.b_ih + p.b_hh
-    out, _, _, h_n, c_n = fused_lstm(_projection(x, p.w_ih, bias), p.w_hh, h0, c0, lengths)
+    out, _, _, h_n, c_n = fused_lstm(input_projection(x, p.w_ih, bias), p.w_hh, h0, c0, lengths)
     return out, (h_n, c_n)
 
 
 def _gru(x, state, p, lengths):
     (h0,) = state
     b_hh = p.b_hh if p.b_hh is not None else x.new_zeros(p.w_hh.shape[0])
-    out, _, _, h_n = fused_gru(_projection(x, p.w_ih, p.b_ih), p.w_hh, b_hh, h0, lengths)
+    out, _, _, h_n = fused_gru(input_projection(x, p.w_ih, p.b_ih), p.w_hh, b_hh, h0, lengths)
     return out, (h_n,)
 
 
 DIRECTIONS = {"lstm": _lstm, "gru": _gru}
-CAPABILITIES = Capabilities(**kernels.DECLARATION)
+CAPABILITIES = Capabilities(cells=tuple(DIRECTIONS), **kernels.DECLARATION)
 
 
 def unavailable_reason(device: str) -> str | None:
