@@ -88,9 +88,10 @@ def plan(device: str, out: Path, quick: bool) -> list[tuple[str, list[str], floa
     """(name, command, timeout) of every step; `quick` is the CPU dry run's small version."""
     py = sys.executable
     gpu_tests = ["tests/frameworks/torch/test_torch_backends.py", "tests/frameworks/torch/test_torch_bptt.py",
-                 "tests/frameworks/jax/test_jax_impls.py"]
+                 "tests/frameworks/torch/test_torch_triton.py", "tests/frameworks/jax/test_jax_impls.py",
+                 "tests/frameworks/jax/test_jax_pallas.py"]
     steps = [("tests_gpu", [py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *gpu_tests],
-              60 if quick else 120)]
+              60 if quick else 150)]
     parity = [py, "-m", "rnnbench.cli", "parity", "--device", device, "--out", str(out / "parity")]
     if quick:
         parity += ["--impls", "torch.native,jax.scan", "--cases", "lstm_default", "--dtypes", "float32"]
@@ -98,7 +99,7 @@ def plan(device: str, out: Path, quick: bool) -> list[tuple[str, list[str], floa
         # Every XLA and Inductor cell compiles; all six dtypes took longer than the device lease
         # allows, so the GPU proof covers full float32 and the mixed precision users train in.
         parity += ["--quick", "--dtypes", "float32,amp_bfloat16"]
-    steps.append(("parity", parity, 60 if quick else 120))
+    steps.append(("parity", parity, 60 if quick else 110))
     study = [py, "-m", "rnnbench.cli", "compare", "--device", device, "--out", str(out / "study"), "--no-progress",
              "--sweeps", "none", "--timeout", "120"]
     if quick:
@@ -111,9 +112,10 @@ def plan(device: str, out: Path, quick: bool) -> list[tuple[str, list[str], floa
         # Sized to the lease (15 device minutes, start included): one GPU-sized workload, the
         # rungs a user chooses between, two processes per ratio.
         study += ["--workloads", "DB-H512-B64-T150", "--cells", "lstm", "--repeats", "10", "--budget", "0.5",
-                  "--impls", "torch.native,torch.eager,torch.compile,torch.bptt,jax.scan,jax.bptt,jax.cudnn",
+                  "--impls", "torch.native,torch.eager,torch.compile,torch.bptt,torch.triton,jax.scan,jax.bptt,"
+                             "jax.pallas,jax.cudnn",
                   "--precisions", "none", "--processes", "2", "--max-processes", "2"]
-    steps.append(("study", study, 120 if quick else 150))  # partial results survive a timeout
+    steps.append(("study", study, 120 if quick else 160))  # partial results survive a timeout
     if not quick:
         # The CUDA-only compile mode: CUDA graphs (mode="reduce-overhead") of the two torch.compile
         # rungs, against the rungs with the default mode, one process each.
@@ -122,7 +124,7 @@ def plan(device: str, out: Path, quick: bool) -> list[tuple[str, list[str], floa
                                         "--timeout", "80", "--workloads", "DB-H512-B16-T25", "--cells", "lstm",
                                         "--impls", ",".join(REDUCE_OVERHEAD_IMPLS), "--precisions", "none",
                                         "--repeats", "10", "--budget", "0.3", "--processes", "1", "--no-parity"],
-                      90))
+                      60))
     return steps
 
 

@@ -59,6 +59,9 @@ MODULES: dict[str, list[str]] = {
     "rnnbench/jax/cells.py": ["tests/frameworks/jax/test_jax_cells.py", "tests/frameworks/jax/test_jax_impls.py"],
     "rnnbench/jax/backends/bptt/lstm_gru.py": ["tests/frameworks/jax/test_jax_bptt.py"],
     "rnnbench/jax/backends/bptt/steps.py": ["tests/frameworks/jax/test_jax_bptt.py"],
+    # the fused kernel's bindings (the C++ is not mutated; the parity matrix runs it on the vectors)
+    "rnnbench/torch/backends/fused.py": ["tests/frameworks/torch/test_torch_fused.py"],
+    "rnnbench/jax/backends/fused.py": ["tests/frameworks/jax/test_jax_fused.py"],
 }
 # Tests left out of a module's run (`pytest -k`), each for a reason: torch's `compile` and `scan`
 # (dynamo) and `jit` (TorchScript) rungs cannot trace mutmut's trampolines (the wrapper that picks the

@@ -28,7 +28,9 @@ def test_the_cuda_plan_covers_tests_parity_and_study(tmp_path):
     assert "torch.scan[mode=reduce-overhead]" in " ".join(steps["compile_modes"])
     assert "-m" in steps["tests_gpu"] and "gpu" in steps["tests_gpu"]
     assert "cuda" in steps["parity"] and "float32,amp_bfloat16" in " ".join(steps["parity"])
-    assert "jax.cudnn" in " ".join(steps["study"]) and "torch.native" in " ".join(steps["study"])
+    assert all(impl in " ".join(steps["study"]) for impl in ("jax.cudnn", "torch.native", "torch.triton", "jax.pallas"))
+    assert "tests/frameworks/torch/test_torch_triton.py" in steps["tests_gpu"]
+    assert "tests/frameworks/jax/test_jax_pallas.py" in steps["tests_gpu"]
     assert sum(t for _, _, t in gpu_check.plan("cuda", tmp_path, quick=False)) <= 8 * 60  # one device command
 
 
