@@ -39,9 +39,10 @@ BLAS = {"sgemm": "scipy_cblas_sgemm64_", "dgemm": "scipy_cblas_dgemm64_",
 
 
 # What the kernel computes, declared once for the two rungs that call it (each builds its
-# `rnnbench.core.capabilities.Capabilities` from this: plain data, as this layer sits beside core).
+# `rnnbench.core.capabilities.Capabilities` from this and its own table of cells: plain data, as
+# this layer sits beside core).
 DECLARATION = dict(
-    cells=("lstm", "gru"), dtypes=("float64", "float32"), devices=("cpu",),
+    dtypes=("float64", "float32"), devices=("cpu",),
     why_not={"cell": "the C++ kernel has the LSTM and GRU recurrences only",
              "dtype": "the C++ kernel computes float32 and float64 (no bfloat16 or float16 arithmetic in it)",
              "device": "the C++ kernel runs on the CPU",

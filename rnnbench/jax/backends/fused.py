@@ -124,7 +124,7 @@ def _gru(p: LayerParams, x, state, lengths):
 
 
 DIRECTIONS = {"lstm": _lstm, "gru": _gru}
-CAPABILITIES = Capabilities(**kernels.DECLARATION)
+CAPABILITIES = Capabilities(cells=tuple(DIRECTIONS), **kernels.DECLARATION)
 
 
 def unavailable_reason(device: str | None) -> str | None:
