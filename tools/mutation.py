@@ -81,6 +81,10 @@ DESELECT["rnnbench/torch/cells.py"] += " and not whole_loop_operator"
 # stripped); docs/parity.md gives the argument for each. A survivor still counts as survived in the
 # score; the record marks it `equivalent` with the reason, and counts `unexplained` survivors.
 EQUIVALENT: list[dict] = [
+    dict(module="rnnbench/torch/backends/fused.py", function=r"x__(lstm|gru)_backward",
+         before=r".*ctx\.needs_input_grad\[:4\].*", after=r".*ctx\.needs_input_grad\[:5\].*",
+         reason="the fifth flag is the lengths' (an integer tensor, never differentiable): it adds one more None "
+                "gradient past the op's five inputs, which torch.library's autograd wrapper drops"),
     dict(module="rnnbench/reference/steps.py", function=r".*", before=r".*axis=-1.*", after=r".*axis=\+1.*",
          reason="axis -1 -> +1 on a (batch, features) array: the reference driver admits rank-3 x only "
                 "(ValueError otherwise), so every step sees 2-D arrays, whose axis 1 is axis -1"),

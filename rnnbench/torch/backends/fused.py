@@ -28,7 +28,7 @@ from rnnbench.core.capabilities import Capabilities
 
 from . import eager
 from ._common import (differentiable_grads, gru_recurrent_step, input_projection, kernel_backward_unusable,
-                      lstm_recurrent_step, or_zeros, recorded_recurrence, recurrent_weight_grad, under_func_transform)
+                      lstm_recurrent_step, recorded_recurrence, recurrent_weight_grad, under_func_transform)
 
 _DTYPES = {torch.float32: "f32", torch.float64: "f64"}
 
@@ -97,9 +97,8 @@ def _lstm_backward(ctx, dout, dcs, dacts, dh_n, dc_n):
             return recorded_recurrence(lstm_recurrent_step(w_hh), xg, (h0, c0), lengths)
         return (*differentiable_grads(recompute, (xg, w_hh, h0, c0), ctx.needs_input_grad[:4], (dout, dh_n, dc_n)),
                 None)
-    zeros = torch.zeros_like(h0)
-    dgates, dh0, dc0 = fused_lstm_backward(w_hh, c0, lengths, acts, cs, or_zeros(dout, out), _or(dh_n, zeros),
-                                           _or(dc_n, zeros))
+    # torch.library materialises an unused output's gradient as zeros: never None here
+    dgates, dh0, dc0 = fused_lstm_backward(w_hh, c0, lengths, acts, cs, dout, dh_n, dc_n)
     return dgates, recurrent_weight_grad(dgates, h0, out), dh0, dc0, None
 
 
@@ -113,6 +112,7 @@ def fused_gru(xg: Tensor, w_hh: Tensor, b_hh: Tensor, h0: Tensor, lengths: Tenso
               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The GRU recurrence over xg (T, B, 3H) = x W_ih^T + b_ih: (out, acts, ghn, h_n)."""
     T, B, G = xg.shape
+    torch._check(b_hh.shape == (G,), lambda: f"fused_gru: b_hh must have shape ({G},), got {tuple(b_hh.shape)}")
     xg, w_hh, b_hh, h0 = (t.contiguous() for t in (xg, w_hh, b_hh, h0))
     out, acts, ghn, h_n = xg.new_empty(T, B, G // 3), xg.new_empty(T, B, G), xg.new_empty(T, B, G // 3), \
         xg.new_empty(B, G // 3)
@@ -156,8 +156,7 @@ def _gru_backward(ctx, dout, dacts, dghn, dh_n):
         def recompute(xg, w_hh, b_hh, h0):
             return recorded_recurrence(gru_recurrent_step(w_hh, b_hh), xg, (h0,), lengths)
         return (*differentiable_grads(recompute, (xg, w_hh, b_hh, h0), ctx.needs_input_grad[:4], (dout, dh_n)), None)
-    dgates_i, dgates_h, dh0 = fused_gru_backward(w_hh, h0, lengths, acts, ghn, out, or_zeros(dout, out),
-                                                 _or(dh_n, torch.zeros_like(h0)))
+    dgates_i, dgates_h, dh0 = fused_gru_backward(w_hh, h0, lengths, acts, ghn, out, dout, dh_n)
     return dgates_i, recurrent_weight_grad(dgates_h, h0, out), dgates_h.sum((0, 1)), dh0, None
 
 
@@ -165,10 +164,6 @@ fused_gru.register_autograd(_gru_backward, setup_context=_gru_setup)
 
 
 # ---- the rung ----------------------------------------------------------------------------------
-
-def _or(t, default):
-    return default if t is None else t
-
 
 def _lstm(x, state, p, lengths):
     h0, c0 = state

@@ -177,3 +177,20 @@ def test_the_kernel_runs_a_batch_of_one_and_eager_an_empty_batch_and_torch_func(
 from rnnbench.torch.backends import eager as _eager  # noqa: E402
 
 eager_run = _eager.run_direction
+
+
+def test_under_torch_func_the_eager_rung_runs_with_the_lengths():
+    from rnnbench.core.params import LayerParams
+    from rnnbench.torch.cells import CELLS
+
+    g = torch.Generator().manual_seed(0)
+    T, B, I, H = 5, 3, 2, 4
+    p = LayerParams(*(torch.randn(*s, generator=g, dtype=torch.float64) for s in ((4 * H, I), (4 * H, H), (4 * H,),
+                                                                                  (4 * H,))), None)
+    x = torch.randn(T, B, I, generator=g, dtype=torch.float64)
+    state = tuple(torch.zeros(B, H, dtype=torch.float64) for _ in range(2))
+    lengths = torch.tensor([5, 2, 4])
+    want = torch.func.jacrev(lambda x: eager_run(CELLS.get("lstm"), p, x, state, lengths)[0])(x)
+    got = torch.func.jacrev(lambda x: fused.run_direction(CELLS.get("lstm"), p, x, state, lengths)[0])(x)
+    torch.testing.assert_close(got, want)
+    assert got[3:, 1].abs().sum() == 0  # past its length a row's output is zero: the lengths were used
