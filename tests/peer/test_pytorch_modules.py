@@ -71,8 +71,6 @@ Run: .venv/bin/python -m pytest tests/peer/test_pytorch_modules.py -q
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
 import tempfile
 from copy import deepcopy
 from inspect import isgenerator
@@ -87,11 +85,8 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
 import rnnbench.torch
 from rnnbench.torch.backends import ProjectionNotSupportedError
 
-FULL = os.environ.get("RNNBENCH_PEER_FULL", "") not in ("", "0")
-COMPILED = rnnbench.torch.backends.COMPILED_BACKENDS  # compile, scan: a compile per configuration
-
-
-from pytorch_testing import common_modules, common_utils  # noqa: E402
+from pytorch_testing import FULL, COMPILED, asserts, backend_params, common_modules, common_utils  # noqa: E402
+from pytorch_testing import module_class as module_cls, upstream_seed  # noqa: E402,F401
 from torch._subclasses.meta_utils import assert_metadata_eq  # noqa: E402
 
 ModuleErrorEnum = common_modules.ModuleErrorEnum
@@ -106,27 +101,11 @@ MODULE_INFOS = {info.module_cls.__name__: info for info in common_modules.module
 assert sorted(MODULE_INFOS) == ["GRU", "LSTM"], MODULE_INFOS
 
 
-class _TestModuleAsserts(common_utils.TestCase):
-    """Upstream TestModule's assertEqual: default dtype tolerances, at least 1e-5 atol/rtol."""
-
-    __test__ = False  # not a test class; pytest would collect a unittest.TestCase
-    precision = 1e-5
-    rel_tol = 1e-5
-
-    def runTest(self):  # noqa: N802
-        pass
-
-
-_asserts = _TestModuleAsserts()
+# upstream TestModule's assertEqual: default dtype tolerances, at least 1e-5 atol and rtol
+_asserts = asserts(precision=1e-5, rel_tol=1e-5)
 assertEqual = _asserts.assertEqual
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    """Upstream's TestCase.setUp seeds every test with SEED=1234."""
-    torch.manual_seed(1234)
 
 
 @pytest.fixture(autouse=True)
@@ -141,15 +120,7 @@ def _scan_in_float64_only(request):
 
 # ---- parametrisation --------------------------------------------------------------------
 
-def _backend_params():
-    yield pytest.param("nn", id="nn")
-    for backend in rnnbench.torch.BACKENDS:
-        reason = rnnbench.torch.unavailable_reason(backend, "cpu")
-        marks = [pytest.mark.skip(reason=f"backend {backend} unavailable here: {reason}")] if reason else []
-        yield pytest.param(backend, id=backend, marks=marks)
-
-
-BACKEND = pytest.mark.parametrize("backend", list(_backend_params()))
+BACKEND = pytest.mark.parametrize("backend", list(backend_params()))
 MODULE = pytest.mark.parametrize("name", sorted(MODULE_INFOS))
 
 
@@ -165,12 +136,6 @@ def _modules(allowed_dtypes=None, train_only=False):
                                        id=f"{name}-{str(dtype).replace('torch.', '')}-"
                                           f"{'train' if training else 'eval'}"))
     return pytest.mark.parametrize("name,dtype,training", params)
-
-
-def module_cls(name: str, backend: str):
-    if backend == "nn":
-        return getattr(torch.nn, name)
-    return functools.partial(getattr(rnnbench.torch, name), backend=backend)
 
 
 # ---- samples ----------------------------------------------------------------------------

@@ -72,9 +72,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import io
-import os
 import re
 import warnings
 from copy import deepcopy
@@ -88,64 +86,27 @@ import torch.nn.utils.rnn as rnn_utils
 import rnnbench.torch
 from rnnbench.torch.backends import ProjectionNotSupportedError
 
-FULL = os.environ.get("RNNBENCH_PEER_FULL", "") not in ("", "0")
-COMPILED = rnnbench.torch.backends.COMPILED_BACKENDS  # compile, scan: a compile per configuration
+from pytorch_testing import FULL, COMPILED, asserts, backend_params, common_utils, upstream_seed  # noqa: E402,F401
+from pytorch_testing import module_class as rnn_cls  # noqa: E402  (upstream's getattr(nn, mode))
 
-
-from pytorch_testing import common_utils  # noqa: E402
 gradcheck = common_utils.gradcheck
 gradgradcheck = common_utils.gradgradcheck
 dtype2prec_DONTUSE = common_utils.dtype2prec_DONTUSE
 set_default_dtype = common_utils.set_default_dtype
-
-
-class _NNTestCaseAsserts(common_utils.TestCase):
-    """TestNN / TestNNDeviceType's assertions (NNTestCase: upstream's default tolerances)."""
-
-    __test__ = False  # not a test class; pytest would collect a unittest.TestCase
-
-    def runTest(self):  # noqa: N802
-        pass
-
-
-_asserts = _NNTestCaseAsserts()
+_asserts = asserts()  # TestNN / TestNNDeviceType's assertions (NNTestCase: upstream's default tolerances)
 assertEqual = _asserts.assertEqual
 assertNotEqual = _asserts.assertNotEqual
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    """Upstream's TestCase.setUp seeds every test with SEED=1234."""
-    torch.manual_seed(1234)
-
-
-def _backend_params(skip_scan: bool = False):
-    yield pytest.param("nn", id="nn")
-    for backend in rnnbench.torch.BACKENDS:
-        reason = rnnbench.torch.unavailable_reason(backend, "cpu")
-        if reason is None and skip_scan and backend == "scan" and not FULL:
-            reason = SCAN_SKIP
-        marks = [pytest.mark.skip(reason=f"backend {backend}: {reason}")] if reason else []
-        yield pytest.param(backend, id=backend, marks=marks)
-
-
-BACKEND = pytest.mark.parametrize("backend", list(_backend_params()))
+BACKEND = pytest.mark.parametrize("backend", list(backend_params()))
 # The tests that build the most shapes (sizes, sequence lengths, dropout and grad modes): on
 # `scan`, which compiles a forward and backward loop per shape (seconds each), they are the
 # suite's longest by far, so they run there under RNNBENCH_PEER_FULL=1 only.
 SCAN_SKIP = ("a compile per shape and sequence length makes this test's many shapes the suite's longest run on "
              "scan; RNNBENCH_PEER_FULL=1 runs it")
-BACKEND_MANY_SHAPES = pytest.mark.parametrize("backend", list(_backend_params(skip_scan=True)))
+BACKEND_MANY_SHAPES = pytest.mark.parametrize(
+    "backend", list(backend_params(skip=lambda b: SCAN_SKIP if b == "scan" and not FULL else None)))
 MODE = pytest.mark.parametrize("mode", ["GRU", "LSTM"])  # upstream: ['RNN', 'GRU', 'LSTM']
-
-
-def rnn_cls(mode: str, backend: str):
-    """What upstream's getattr(nn, mode) becomes: nn.<mode>, or rnnbench.torch.<mode> on `backend`."""
-    if backend == "nn":
-        return getattr(torch.nn, mode)
-    return functools.partial(getattr(rnnbench.torch, mode), backend=backend)
 
 
 def projection_unsupported(backend: str, proj_size: int) -> bool:
