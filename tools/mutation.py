@@ -81,6 +81,10 @@ DESELECT["rnnbench/torch/cells.py"] += " and not whole_loop_operator"
 # stripped); docs/parity.md gives the argument for each. A survivor still counts as survived in the
 # score; the record marks it `equivalent` with the reason, and counts `unexplained` survivors.
 EQUIVALENT: list[dict] = [
+    dict(module="rnnbench/jax/backends/fused.py", function="x__reverse_index",
+         before=r"return jnp.where\(t < lengths.*", after=r"return jnp.where\(t <= lengths.*",
+         reason="it changes only the step t = len (past the sequence) to index -1, which wraps to T - 1: a step "
+                "past the length too, where the input is not read and the output is zero, as at t"),
     dict(module="rnnbench/torch/backends/fused.py", function=r"x__(lstm|gru)_backward",
          before=r".*ctx\.needs_input_grad\[:4\].*", after=r".*ctx\.needs_input_grad\[:5\].*",
          reason="the fifth flag is the lengths' (an integer tensor, never differentiable): it adds one more None "

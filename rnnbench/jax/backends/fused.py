@@ -34,8 +34,10 @@ def _registered() -> None:
 
 
 def _call(target: str, shapes, *args):
+    """The custom call `target`; its outputs have `shapes`, in the first argument's dtype (under
+    `vmap`, one call per element: the kernel has no batch dimension of its own)."""
     _registered()
-    out = [jax.ShapeDtypeStruct(s, args[0].dtype if d is None else d) for s, d in shapes]
+    out = [jax.ShapeDtypeStruct(s, args[0].dtype) for s in shapes]
     return jax.ffi.ffi_call(target, out, vmap_method="sequential")(*args)
 
 
@@ -56,8 +58,8 @@ def lstm_recurrence(xg, w_hh, h0, c0, lengths):
 def _lstm_fwd(xg, w_hh, h0, c0, lengths):
     T, B, G = xg.shape
     H = G // 4
-    out, cs, acts, h_n, c_n = _call("RnnbenchLstmForward", [((T, B, H), None), ((T, B, H), None), ((T, B, G), None),
-                                                            ((B, H), None), ((B, H), None)], xg, w_hh, h0, c0, lengths)
+    out, cs, acts, h_n, c_n = _call("RnnbenchLstmForward", [(T, B, H), (T, B, H), (T, B, G),
+                                                            (B, H), (B, H)], xg, w_hh, h0, c0, lengths)
     return (out, h_n, c_n), (w_hh, h0, c0, lengths, out, cs, acts)
 
 
@@ -65,7 +67,7 @@ def _lstm_bwd(res, cot):
     w_hh, h0, c0, lengths, out, cs, acts = res
     dout, dh_n, dc_n = cot
     T, B, G = acts.shape
-    dgates, dh0, dc0 = _call("RnnbenchLstmBackward", [((T, B, G), None), ((B, G // 4), None), ((B, G // 4), None)],
+    dgates, dh0, dc0 = _call("RnnbenchLstmBackward", [(T, B, G), (B, G // 4), (B, G // 4)],
                              w_hh, c0, lengths, acts, cs, dout, dh_n, dc_n)
     return dgates, _weight_grad(dgates, h0, out), dh0, dc0, None
 
@@ -84,8 +86,8 @@ def gru_recurrence(xg, w_hh, b_hh, h0, lengths):
 def _gru_fwd(xg, w_hh, b_hh, h0, lengths):
     T, B, G = xg.shape
     H = G // 3
-    out, acts, ghn, h_n = _call("RnnbenchGruForward", [((T, B, H), None), ((T, B, G), None), ((T, B, H), None),
-                                                       ((B, H), None)], xg, w_hh, b_hh, h0, lengths)
+    out, acts, ghn, h_n = _call("RnnbenchGruForward", [(T, B, H), (T, B, G), (T, B, H),
+                                                       (B, H)], xg, w_hh, b_hh, h0, lengths)
     return (out, h_n), (w_hh, h0, lengths, out, acts, ghn)
 
 
@@ -93,7 +95,7 @@ def _gru_bwd(res, cot):
     w_hh, h0, lengths, out, acts, ghn = res
     dout, dh_n = cot
     T, B, G = acts.shape
-    dgates_i, dgates_h, dh0 = _call("RnnbenchGruBackward", [((T, B, G), None), ((T, B, G), None), ((B, G // 3), None)],
+    dgates_i, dgates_h, dh0 = _call("RnnbenchGruBackward", [(T, B, G), (T, B, G), (B, G // 3)],
                                     w_hh, h0, lengths, acts, ghn, out, dout, dh_n)
     return dgates_i, _weight_grad(dgates_h, h0, out), dgates_h.sum((0, 1)), dh0, None
 

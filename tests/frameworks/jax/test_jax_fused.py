@@ -61,3 +61,64 @@ def test_what_the_kernel_does_not_compute_is_refused_with_the_reason():
     params = {k: jnp.asarray(v, jnp.bfloat16) for k, v in init_params(RNNSpec("gru", 3, 4), np.random.default_rng(0)).items()}
     with pytest.raises(rj.UnsupportedConfigError, match="float32 and float64"):
         rj.gru(params, jnp.zeros((2, 1, 3), jnp.bfloat16), backend="fused")
+
+
+# ---- the binding code around the custom calls (what mutation testing of fused.py asks of this file) ----
+
+def _both(cell, spec_kw, x, lengths, backend):
+    spec = RNNSpec(cell, 3, 4, **spec_kw)
+    params = {k: jnp.asarray(v) for k, v in init_params(spec, np.random.default_rng(0)).items()}
+    fn = getattr(rj, cell)
+    kw = dict(num_layers=spec.num_layers, bidirectional=spec.bidirectional)
+
+    def loss(params):
+        out, state = fn(params, x, lengths=lengths, backend=backend, **kw)
+        return (out ** 2).sum() + sum(s.sum() for s in (state if isinstance(state, tuple) else (state,))), out
+
+    (_, out), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    return out, grads
+
+
+@pytest.mark.parametrize("lengths", [None, [6, 2]])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_the_rung_is_scan_with_and_without_biases_and_lengths(cell, bias, lengths):
+    """Outputs (the padded positions too: zero past a length, in both directions) and every
+    gradient, with and without biases and lengths, one and two directions."""
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((6, 2, 3)))
+    lengths = None if lengths is None else jnp.array(lengths)
+    for kw in ({}, dict(num_layers=2, bidirectional=True)):
+        out_want, want = _both(cell, dict(bias=bias, **kw), x, lengths, "scan")
+        out_got, got = _both(cell, dict(bias=bias, **kw), x, lengths, "fused")
+        np.testing.assert_allclose(np.asarray(out_got), np.asarray(out_want), rtol=1e-12, atol=1e-12)
+        for k in want:
+            np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+def test_vmap_runs_one_custom_call_per_element():
+    spec = RNNSpec("lstm", 3, 4)
+    params = {k: jnp.asarray(v) for k, v in init_params(spec, np.random.default_rng(0)).items()}
+    xs = jnp.asarray(np.random.default_rng(1).standard_normal((2, 5, 1, 3)))
+    run = lambda backend: jax.vmap(lambda x: rj.lstm(params, x, backend=backend)[0])(xs)  # noqa: E731
+    np.testing.assert_allclose(np.asarray(run("fused")), np.asarray(run("scan")), rtol=1e-12, atol=1e-12)
+
+
+def test_run_direction_names_what_it_does_not_run():
+    from rnnbench.core.params import LayerParams
+    from rnnbench.jax.cells import CELLS
+
+    p = LayerParams(*(jnp.zeros(s) for s in ((16, 3), (16, 4), (16,), (16,))), None)
+    x, state = jnp.zeros((2, 1, 3)), (jnp.zeros((1, 4)), jnp.zeros((1, 4)))
+    with pytest.raises(ValueError, match=r"^jax.fused runs lstm, gru only, not 'peephole_lstm'$"):
+        fused.run_direction(CELLS.get("peephole_lstm"), p, x, state, None, reverse=False)
+    with pytest.raises(ValueError, match=r"^jax.fused does not support proj_size$"):
+        fused.run_direction(CELLS.get("lstm"), p._replace(w_hr=jnp.zeros((2, 4))), x, state, None, reverse=False)
+
+
+def test_unavailable_reason_names_the_missing_piece(monkeypatch):
+    assert fused.unavailable_reason(None) is None
+    monkeypatch.setattr(kernels, "has_xla_handlers", lambda: False)
+    assert fused.unavailable_reason(None) == ("the fused kernels were built without jaxlib's XLA FFI headers "
+                                              "(jax.ffi.include_dir())")
+    monkeypatch.setattr(kernels, "unavailable_reason", lambda: "no compiler")
+    assert fused.unavailable_reason(None) == "no compiler"
