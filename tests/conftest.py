@@ -42,3 +42,17 @@ if "MUTANT_UNDER_TEST" in os.environ:  # under mutmut (`make mutation`, tools/mu
                         if isinstance(value, functools._lru_cache_wrapper):
                             value.cache_clear()
         yield
+
+
+# The longest files start first (pytest-xdist's loadfile hands files out in collection order):
+# a long file started last would run alone while the other worker idles.  Measured with
+# `make test`'s --durations; a file missing from the list only starts later.
+LONGEST_FIRST = ("tests/peer/test_pytorch_modules.py", "tests/benchmarks/test_bench_gate.py",
+                 "tests/peer/test_pytorch_nn_rnn.py", "tests/study/test_study.py", "tests/cross/test_parity_matrix.py",
+                 "tests/tools/test_gpu_check.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = config.rootpath
+    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))

@@ -33,3 +33,11 @@ def test_make_test_uses_both_cores_and_make_run_says_where_rnnbench_is():
     assert "pytest -n auto --dist loadfile" in _dry_run("test")
     run = _dry_run("run")
     assert "rnnbench.cli compare" in run and ".venv/bin/rnnbench" in run
+
+
+def test_the_longest_first_files_exist():
+    """tests/conftest.py starts these files first; a renamed one would silently start last."""
+    from tests.conftest import LONGEST_FIRST
+    from tests.support import ROOT
+
+    assert [p for p in LONGEST_FIRST if not (ROOT / p).is_file()] == []
