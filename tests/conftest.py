@@ -8,6 +8,11 @@ import pytest
 # Per-machine caches (the bptt rung's GEMM decisions) go to a folder of this test run, not the
 # user's ~/.cache; worker subprocesses inherit it.
 os.environ.setdefault("RNNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="rnnbench-test-cache-"))
+# XLA's compiled programs are reused across the run's processes (both workers and every
+# subprocess a test starts compile the same rungs): JAX's persistent compilation cache, keyed by
+# the program, in a folder of this test run.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.environ["RNNBENCH_CACHE_DIR"], "jax"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 
 @pytest.fixture(scope="module")
