@@ -81,6 +81,9 @@ DESELECT["rnnbench/torch/cells.py"] += " and not whole_loop_operator"
 # stripped); docs/parity.md gives the argument for each. A survivor still counts as survived in the
 # score; the record marks it `equivalent` with the reason, and counts `unexplained` survivors.
 EQUIVALENT: list[dict] = [
+    dict(module="rnnbench/jax/backends/fused.py", function="x__call",
+         before=r".*args\[0\]\.dtype.*", after=r".*args\[1\]\.dtype.*",
+         reason="the first two arguments of every custom call are the gates and a weight, of one dtype"),
     dict(module="rnnbench/jax/backends/fused.py", function="x__reverse_index",
          before=r"return jnp.where\(t < lengths.*", after=r"return jnp.where\(t <= lengths.*",
          reason="it changes only the step t = len (past the sequence) to index -1, which wraps to T - 1: a step "
