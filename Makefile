@@ -8,9 +8,10 @@ PY := $(VENV)/bin/python
 # The venv is stale when any dependency file changes: the stamp's name is their hash.
 DEPS := requirements.txt constraints.txt pyproject.toml
 STAMP := $(VENV)/.stamp-$(shell cat $(DEPS) | sha256sum | cut -c1-16)
-# both cores (pytest-xdist), a test file per worker (its module fixtures built once); the 25
+# both cores (pytest-xdist), a test file per worker (its module fixtures built once), handed out
+# in tests/conftest.py's order (longest first; xdist would otherwise reorder them); the 25
 # slowest tests listed at the end, so a contributor sees where the time goes
-PYTEST_ARGS ?= -n auto --dist loadfile --durations=25
+PYTEST_ARGS ?= -n auto --dist loadfile --no-loadscope-reorder --durations=25
 RUN_ARGS ?=
 # PyTorch's own CPU wheel index, for a machine whose pip would take the CUDA build of torch==2.13.0
 # (several GB): make run TORCH_INDEX=https://download.pytorch.org/whl/cpu.  Empty: pip's own choice.

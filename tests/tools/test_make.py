@@ -35,6 +35,26 @@ def test_make_test_uses_both_cores_and_make_run_says_where_rnnbench_is():
     assert "rnnbench.cli compare" in run and ".venv/bin/rnnbench" in run
 
 
+def test_xdist_hands_files_out_in_the_conftest_order(tmp_path):
+    """With the Makefile's pytest arguments a worker takes the files in the order the conftest
+    sorts them (xdist's default reorders them by their number of tests): here one worker, and a
+    conftest that puts the one-test file first, before a file of five."""
+    import re
+    import sys
+
+    args = re.search(r"PYTEST_ARGS \?= (.*)", (ROOT / "Makefile").read_text()).group(1).split()
+    args = [a for a in args if a not in ("-n", "auto")]
+    (tmp_path / "test_many.py").write_text("import pytest\n@pytest.mark.parametrize('i', range(5))\n"
+                                           "def test_many(i):\n    open('order.txt', 'a').write('many ')\n")
+    (tmp_path / "test_few.py").write_text("def test_few():\n    open('order.txt', 'a').write('few ')\n")
+    (tmp_path / "conftest.py").write_text("def pytest_collection_modifyitems(items):\n"
+                                          "    items.sort(key=lambda item: item.path.name != 'test_few.py')\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "1", *args, "-p", "no:cacheprovider", "-q"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "order.txt").read_text().split() == ["few"] + ["many"] * 5
+
+
 def test_the_longest_first_files_exist():
     """tests/conftest.py starts these files first; a renamed one would silently start last."""
     from tests.conftest import LONGEST_FIRST
