@@ -1,18 +1,43 @@
 """Fixtures shared by several test modules."""
 
+import getpass
+import hashlib
 import os
 import tempfile
 
 import pytest
 
-# Per-machine caches (the bptt rung's GEMM decisions) go to a folder of this test run, not the
+# Per-machine decisions (the bptt rung's GEMM choices) go to a folder of this test run, not the
 # user's ~/.cache; worker subprocesses inherit it.
 os.environ.setdefault("RNNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="rnnbench-test-cache-"))
-# XLA's compiled programs are reused across the run's processes (both workers and every
-# subprocess a test starts compile the same rungs): JAX's persistent compilation cache, keyed by
-# the program, in a folder of this test run.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.environ["RNNBENCH_CACHE_DIR"], "jax"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+
+
+def _cpu_flags() -> bytes:
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            return next((line for line in f if line.startswith(b"flags")), b"")
+    except OSError:
+        return b""
+
+
+# XLA's compiled programs are reused by every process of the run (both workers and each subprocess
+# a test starts compile the same rungs) and by the next run on this machine: JAX's persistent
+# compilation cache, keyed by the program, the compile options and JAX's version, kept where
+# Inductor keeps torch.compile's (/tmp/torchinductor_$USER) and as long; the folder's name holds
+# the CPU's instruction set, so another CPU never loads code compiled for this one.  Every
+# program is kept (it took a third of the suite's time to compile them); at most 1 GB, the least
+# recently used go first.
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a uid with no name (some containers)
+        return str(os.getuid())
+
+
+_JAX_CACHE = f"rnnbench-test-jax-{_user()}-{hashlib.sha256(_cpu_flags()).hexdigest()[:12]}"
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), _JAX_CACHE))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2**30))
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +74,17 @@ if "MUTANT_UNDER_TEST" in os.environ:  # under mutmut (`make mutation`, tools/mu
         yield
 
 
-# The longest files start first (pytest-xdist's loadfile hands files out in collection order):
-# a long file started last would run alone while the other worker idles.  Measured with
-# `make test`'s --durations; a file missing from the list only starts later.
-LONGEST_FIRST = ("tests/peer/test_pytorch_modules.py", "tests/benchmarks/test_bench_gate.py",
-                 "tests/peer/test_pytorch_nn_rnn.py", "tests/study/test_study.py", "tests/cross/test_parity_matrix.py",
-                 "tests/tools/test_gpu_check.py")
+# The longest files start first, in this order: pytest-xdist's loadfile hands files out in
+# collection order (with --no-loadscope-reorder, which the Makefile passes: by default it would
+# start the files with the most tests first, and the gate's four long tests would start last and
+# run alone while the other worker idles).  Ranked by the CPU seconds each file took in a
+# `make test` (its own and its subprocesses'); a file missing from the list only starts later.
+LONGEST_FIRST = ("tests/cross/test_parity_matrix.py", "tests/peer/test_pytorch_modules.py",
+                 "tests/benchmarks/test_bench_gate.py", "tests/peer/test_pytorch_nn_rnn.py",
+                 "tests/cross/test_training_parity.py", "tests/frameworks/torch/test_torch_compiled.py",
+                 "tests/tools/test_gpu_check.py", "tests/study/test_study.py", "tests/cross/test_capabilities.py",
+                 "tests/frameworks/jax/test_jax_impls.py", "tests/cross/test_machine_capabilities.py",
+                 "tests/cross/test_cell_modules.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
