@@ -7,17 +7,18 @@ import tempfile
 
 import pytest
 
+from rnnbench.core.precision import cpu_flags
+
 # Per-machine decisions (the bptt rung's GEMM choices) go to a folder of this test run, not the
 # user's ~/.cache; worker subprocesses inherit it.
 os.environ.setdefault("RNNBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="rnnbench-test-cache-"))
 
 
-def _cpu_flags() -> bytes:
+def _user() -> str:
     try:
-        with open("/proc/cpuinfo", "rb") as f:
-            return next((line for line in f if line.startswith(b"flags")), b"")
-    except OSError:
-        return b""
+        return getpass.getuser()
+    except (KeyError, OSError):  # a uid with no name (some containers)
+        return str(os.getuid())
 
 
 # XLA's compiled programs are reused by every process of the run (both workers and each subprocess
@@ -27,15 +28,9 @@ def _cpu_flags() -> bytes:
 # the CPU's instruction set, so another CPU never loads code compiled for this one.  Every
 # program is kept (it took a third of the suite's time to compile them); at most 1 GB, the least
 # recently used go first.
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # a uid with no name (some containers)
-        return str(os.getuid())
-
-
-_JAX_CACHE = f"rnnbench-test-jax-{_user()}-{hashlib.sha256(_cpu_flags()).hexdigest()[:12]}"
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), _JAX_CACHE))
+_CPU = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(tempfile.gettempdir(), f"rnnbench-test-jax-{_user()}-{_CPU}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2**30))
 

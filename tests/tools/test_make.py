@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -39,9 +41,6 @@ def test_xdist_hands_files_out_in_the_conftest_order(tmp_path):
     """With the Makefile's pytest arguments a worker takes the files in the order the conftest
     sorts them (xdist's default reorders them by their number of tests): here one worker, and a
     conftest that puts the one-test file first, before a file of five."""
-    import re
-    import sys
-
     args = re.search(r"PYTEST_ARGS \?= (.*)", (ROOT / "Makefile").read_text()).group(1).split()
     args = [a for a in args if a not in ("-n", "auto")]
     (tmp_path / "test_many.py").write_text("import pytest\n@pytest.mark.parametrize('i', range(5))\n"
